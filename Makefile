@@ -1,0 +1,49 @@
+# The single entry point. `make demo` runs the system; `make test` runs every check.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export OMP_NUM_THREADS ?= 1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: demo test lint typecheck contracts migrations-check pytest pytest-core bench install clean-run
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+	# torch first, from the pinned CPU build (see shared/notes/stack-facts.md), then everything else.
+	$(BIN)/pip install -q torch==2.13.0 -e '.[dev]' 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/python -c "import django, torch, megatron.core, celery, channels, rest_framework"
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: install
+	$(BIN)/python -m controlplane.config.demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy controlplane agents
+
+contracts: install
+	$(BIN)/lint-imports
+
+migrations-check: install
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+pytest-core: install
+	$(BIN)/pytest tests/core tests/contract -p no:django -q
+
+pytest: install
+	$(BIN)/pytest -q
+
+test: lint typecheck contracts migrations-check pytest
+
+bench: install
+	$(BIN)/python bench/planner.py
+	$(BIN)/python bench/detection.py
+
+clean-run:
+	rm -rf .run

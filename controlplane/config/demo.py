@@ -1,0 +1,127 @@
+"""`make demo`: bring the whole control plane up on one machine and stop it cleanly on Ctrl-C.
+
+1. PostgreSQL and Redis: the configured ones (``DATABASE_URL`` / ``REDIS_URL``) or the embedded ones,
+   started here and owned by this process (their URLs are exported to every child).
+2. Migrations, demo accounts (admin, operator, viewer) with printed passwords and API tokens.
+3. daphne (HTTP + WebSockets), a Celery worker and Celery beat as child processes.
+4. Prints the URLs and the time from command to ready; Ctrl-C (or SIGTERM) stops the children and the
+   embedded servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import FrameType
+
+from controlplane.config.embedded import ensure_database_url, ensure_redis_url, state_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _wait_http(url: str, timeout_s: float, children: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for child in children:
+            if child.poll() is not None:
+                raise SystemExit(f"{child.args!r} exited with code {child.returncode} during start-up")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default=os.environ.get("UNICRON_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("UNICRON_PORT", "8000")))
+    parser.add_argument("--agents", type=int, default=int(os.environ.get("UNICRON_DEMO_AGENTS", "0")))
+    parser.add_argument("--exit-after-ready", action="store_true", help="stop once everything is up (smoke)")
+    args = parser.parse_args(argv)
+
+    started = time.monotonic()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
+    ensure_database_url()
+    ensure_redis_url()
+    logs = state_dir() / "logs"
+    logs.mkdir(exist_ok=True)
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+    from controlplane.config.demo_data import ensure_demo_accounts, ensure_demo_schedule
+
+    accounts = ensure_demo_accounts()
+    ensure_demo_schedule()
+
+    python = sys.executable
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    commands = {
+        "web": [python, "-m", "daphne", "-b", args.host, "-p", str(args.port), "controlplane.config.asgi:application"],
+        "worker": [python, "-m", "celery", "-A", "controlplane.config.celery", "worker", "-l", "info",
+                   "--concurrency", "2", "-n", "worker@%h"],
+        "beat": [python, "-m", "celery", "-A", "controlplane.config.celery", "beat", "-l", "info",
+                 "--schedule", str(state_dir() / "celerybeat-schedule")],
+    }
+    children: list[subprocess.Popen[bytes]] = []
+    for name, command in commands.items():
+        log_file = (logs / f"{name}.log").open("ab")
+        children.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT))
+
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+    base = f"http://{args.host}:{args.port}"
+    try:
+        _wait_http(f"{base}/healthz", 60, children)
+        ready_s = time.monotonic() - started
+        print(f"\nUnicron control plane is up in {ready_s:.1f} s", flush=True)
+        print(f"  dashboard      {base}/")
+        print(f"  REST API       {base}/api/v1/")
+        print(f"  OpenAPI schema {base}/api/schema/   (UI: {base}/api/docs/)")
+        print(f"  admin          {base}/admin/")
+        print(f"  database       {os.environ['DATABASE_URL']}")
+        print(f"  redis          {os.environ['REDIS_URL']}")
+        print(f"  logs           {logs}/")
+        for account in accounts:
+            print(f"  login {account.role:<9} user={account.username} password={account.password} token={account.token}")
+        print("Ctrl-C stops everything.", flush=True)
+        while not stopping and not args.exit_after_ready:
+            for child in children:
+                if child.poll() is not None:
+                    print(f"{child.args[2:4]} exited with code {child.returncode}; see {logs}/", flush=True)
+                    stopping = True
+            time.sleep(0.5)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        print("stopped.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
