@@ -1,0 +1,413 @@
+"""Wire messages between a node agent and the coordinator (DESIGN §4).
+
+Every frame on the agent link is one JSON object: an *envelope* carrying one *message*::
+
+    {"protocol_version": 1, "node": "node-a", "session": "3f1c…", "seq": 17,
+     "sent_at": "2025-01-01T00:00:00Z", "message": {"type": "heartbeat", …}}
+
+- ``protocol_version``: integer; a receiver that does not support it refuses the frame with a
+  :class:`ProtocolError` of code ``version_mismatch`` (listing the versions it speaks) and keeps the
+  link open; it never crashes on it.
+- ``node``: the sender's node name (the coordinator uses its own name, ``"coordinator"``).
+- ``session``: chosen by the agent when it starts (a new process = a new session); the coordinator
+  echoes the agent's session on frames it sends, so a frame from a previous agent incarnation can be
+  recognised.
+- ``seq``: per-sender, per-session counter, strictly increasing (gaps allowed).
+- ``sent_at``: sender wall clock, UTC.
+
+Messages are pydantic v2 models with a literal ``type`` and form two discriminated unions:
+:data:`AgentMessage` (agent → coordinator) and :data:`CoordinatorMessage` (coordinator → agent).
+:class:`ProtocolError` belongs to both.
+
+Idempotency: every :class:`WorkerReport` has a ``report_id`` (UUID) chosen by the agent; the agent
+re-sends reports that it could not deliver, so the coordinator must de-duplicate on ``report_id``.
+Every command has a ``command_id`` (chosen by the coordinator's outbox) and the task's ``epoch``;
+the agent acks every command it receives (also duplicates, with outcome ``duplicate``) and refuses
+commands whose epoch is older than the newest it has seen for that task (``stale_epoch``).
+
+Authentication (not part of the frames): the agent opens the WebSocket with the header
+``Authorization: Bearer <node token>``. See :mod:`controlplane.core.protocol` for the constants.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
+
+
+class _Model(BaseModel):
+    """Base: unknown fields are errors (a typo must not pass silently), instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared value objects
+# --------------------------------------------------------------------------------------------------
+
+DeviceKind = Literal["cpu", "cuda"]
+WorkerKind = Literal["megatron", "sim"]
+Detector = Literal[
+    "node_health",  # coordinator: heartbeats / socket state
+    "process_supervision",  # agent: child exit code / signal
+    "exception_propagation",  # worker hook: exception caught and forwarded
+    "statistical_monitoring",  # agent: iteration timing (hang, straggler)
+]
+FaultKind = Literal["crash", "exception", "hang", "straggler", "network_error", "node_loss"]
+Phase = Literal["train", "first", "checkpoint", "evaluation"]
+
+
+class DeviceInfo(_Model):
+    """One device of the node: a GPU, or a CPU slot standing in for one."""
+
+    index: int = Field(ge=0)
+    kind: DeviceKind
+    name: str
+    memory_bytes: int = Field(ge=0)
+
+
+class ParallelConfig(_Model):
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+class ModelSpec(_Model):
+    """GPT model and batch shape (DESIGN §3 TrainingTask.model spec)."""
+
+    layers: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    vocab: int = Field(ge=1)
+    micro_batch: int = Field(ge=1)
+    global_batch: int = Field(ge=1)
+
+
+class RankAssignment(_Model):
+    """A global rank placed on a local device of this node."""
+
+    rank: int = Field(ge=0)
+    device: int = Field(ge=0)
+
+
+class Rendezvous(_Model):
+    """Where the ranks meet. Every epoch must use its own port (stale gloo addresses break restarts)."""
+
+    master_addr: str
+    master_port: int = Field(ge=1, le=65535)
+    timeout_s: float = Field(default=60.0, gt=0)
+
+
+StateSourceKind = Literal[
+    "local_device", "same_node", "peer_replica", "memory_snapshot", "checkpoint", "none"
+]
+
+
+class StateSource(_Model):
+    """Where a rank takes its model state from (nearest principle, DESIGN §7)."""
+
+    rank: int = Field(ge=0)
+    kind: StateSourceKind
+    source_node: str | None = None
+    source_rank: int | None = None
+    path: str | None = None
+
+
+class WorkerLaunch(_Model):
+    """Everything a node needs to run its share of a task's workers."""
+
+    model: ModelSpec
+    parallel: ParallelConfig
+    world_size: int = Field(ge=1)
+    ranks: list[RankAssignment]
+    rendezvous: Rendezvous
+    iterations: int = Field(ge=0, description="stop after this many iterations in total")
+    seed: int = 1234
+    checkpoint_dir: str | None = None
+    checkpoint_interval: int = Field(default=0, ge=0, description="0: never save")
+    collective_timeout_s: float = Field(default=60.0, gt=0)
+    state_sources: list[StateSource] = Field(default_factory=list)
+
+
+class FaultSpec(_Model):
+    """A fault to inject for drills and tests."""
+
+    kind: FaultKind
+    rank: int | None = Field(default=None, description="target rank; None: the node (node_loss)")
+    at_iteration: int | None = Field(default=None, description="None: at once / next iteration")
+    slowdown: float = Field(default=1.0, ge=1.0, description="straggler: compute time multiplier")
+    message: str = "injected fault"
+
+
+class WorkerStatus(_Model):
+    task_id: str
+    epoch: int
+    rank: int
+    device: int
+    pid: int | None
+    state: Literal["init", "healthy", "unhealthy", "stopped", "succeeded", "failed"]
+    iteration: int | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Agent → coordinator
+# --------------------------------------------------------------------------------------------------
+
+
+class Hello(_Model):
+    """First frame of every connection: who the agent is and what it has."""
+
+    type: Literal["hello"] = "hello"
+    agent_version: str
+    hostname: str
+    worker_kind: WorkerKind
+    devices: list[DeviceInfo]
+    workers: list[WorkerStatus] = Field(default_factory=list, description="still running (reconnect)")
+    task_epochs: dict[str, int] = Field(default_factory=dict, description="newest epoch seen per task")
+
+
+class Heartbeat(_Model):
+    """Sent every second (node health monitoring)."""
+
+    type: Literal["heartbeat"] = "heartbeat"
+    uptime_s: float = Field(ge=0)
+    workers: list[WorkerStatus] = Field(default_factory=list)
+    pending_reports: int = Field(default=0, ge=0, description="reports buffered, not yet delivered")
+
+
+class WorkerStarted(_Model):
+    kind: Literal["started"] = "started"
+    pid: int
+
+
+class WorkerExited(_Model):
+    """Process supervision: the child is gone. ``exit_code`` is None when a signal killed it."""
+
+    kind: Literal["exited"] = "exited"
+    exit_code: int | None
+    signal: int | None = None
+    signal_name: str | None = None
+    expected: bool = Field(description="True when the agent stopped it or it finished its iterations")
+
+
+class WorkerException(_Model):
+    """Exception propagation: caught by the hook in the worker and forwarded."""
+
+    kind: Literal["exception"] = "exception"
+    exc_type: str
+    message: str
+    traceback: str
+    iteration: int | None = None
+    in_collective: bool = False
+
+
+class IterationStats(_Model):
+    """Per-rank iteration summary over a reporting interval (or one iteration)."""
+
+    kind: Literal["iteration_stats"] = "iteration_stats"
+    first_iteration: int
+    last_iteration: int
+    iterations: int = Field(ge=0)
+    median_s: float = Field(ge=0)
+    max_s: float = Field(ge=0)
+    compute_median_s: float = Field(ge=0, description="time to finish the micro-batches, before sync")
+    micro_batches: int = Field(ge=0)
+    tokens: int = Field(ge=0)
+    model_flops: float = Field(ge=0)
+    loss: float | None = None
+
+
+class HangVerdict(_Model):
+    """Statistical monitoring: an iteration ran past the threshold. Stack captured before the kill."""
+
+    kind: Literal["hang"] = "hang"
+    iteration: int
+    elapsed_s: float
+    threshold_s: float
+    median_iteration_s: float | None
+    phase: Phase
+    stack: str
+
+
+class StragglerVerdict(_Model):
+    """Statistical monitoring: a rank persistently slower than its peers (or than its own history)."""
+
+    kind: Literal["straggler"] = "straggler"
+    iteration: int
+    compute_s: float
+    peer_median_s: float
+    ratio: float
+    stack: str = ""
+
+
+WorkerEvent = Annotated[
+    WorkerStarted | WorkerExited | WorkerException | IterationStats | HangVerdict | StragglerVerdict,
+    Field(discriminator="kind"),
+]
+
+
+class WorkerReport(_Model):
+    """Evidence about one worker. Agents send evidence; the coordinator classifies (STYLE §7)."""
+
+    type: Literal["worker_report"] = "worker_report"
+    report_id: str = Field(description="UUID chosen by the agent; re-sent reports keep it")
+    task_id: str
+    epoch: int = Field(ge=0)
+    rank: int = Field(ge=0)
+    device: int = Field(ge=0)
+    detector: Detector | None = Field(description="which in-band detector produced it; None: progress")
+    occurred_at: datetime = Field(description="when it happened (worker clock when known)")
+    detected_at: datetime = Field(description="when the detector noticed")
+    event: WorkerEvent
+
+
+AckOutcome = Literal["accepted", "done", "duplicate", "stale_epoch", "rejected", "failed"]
+
+
+class Ack(_Model):
+    """Answer to a command. ``accepted``: work began; ``done``: finished; the rest are refusals."""
+
+    type: Literal["ack"] = "ack"
+    command_id: str
+    outcome: AckOutcome
+    detail: str = ""
+
+
+# --------------------------------------------------------------------------------------------------
+# Coordinator → agent
+# --------------------------------------------------------------------------------------------------
+
+
+class _Command(_Model):
+    command_id: str
+    task_id: str
+    epoch: int = Field(ge=0)
+
+
+class StartWorkersCommand(_Command):
+    type: Literal["start_workers"] = "start_workers"
+    launch: WorkerLaunch
+
+
+class StopWorkersCommand(_Command):
+    type: Literal["stop_workers"] = "stop_workers"
+    ranks: list[int] | None = Field(default=None, description="None: all of the task's local ranks")
+    grace_s: float = Field(default=5.0, ge=0)
+
+
+class ReconfigureCommand(_Command):
+    """Stop the task's local workers and start them again with new ranks / world / parallel config."""
+
+    type: Literal["reconfigure"] = "reconfigure"
+    launch: WorkerLaunch
+    resume_iteration: int | None = None
+
+
+class RetryCommand(_Command):
+    """Retry in place after a transient fault (sev3): relaunch the local ranks with the same config
+    at a new rendezvous, resuming from the newest local state."""
+
+    type: Literal["retry"] = "retry"
+    iteration: int | None = None
+    rendezvous: Rendezvous
+
+
+class InjectFaultCommand(_Command):
+    type: Literal["inject_fault"] = "inject_fault"
+    fault: FaultSpec
+
+
+class DrainCommand(_Model):
+    """Stop accepting work on this node; stop all workers after ``grace_s``. Not task-scoped."""
+
+    type: Literal["drain"] = "drain"
+    command_id: str
+    task_id: str | None = None
+    epoch: int = Field(default=0, ge=0)
+    grace_s: float = Field(default=5.0, ge=0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Both directions
+# --------------------------------------------------------------------------------------------------
+
+ProtocolErrorCode = Literal[
+    "malformed",  # not JSON / not an object
+    "version_mismatch",  # protocol_version not supported
+    "unknown_type",  # message.type not known in this direction
+    "invalid",  # fields fail validation
+    "unauthorized",  # node in envelope does not match the token
+]
+
+
+class ProtocolError(_Model):
+    """Reply to a frame that could not be accepted. The link stays up."""
+
+    type: Literal["protocol_error"] = "protocol_error"
+    code: ProtocolErrorCode
+    detail: str
+    in_reply_to_seq: int | None = None
+    supported_versions: list[int] = Field(default_factory=lambda: sorted(SUPPORTED_VERSIONS))
+
+
+AgentMessage = Annotated[Hello | Heartbeat | WorkerReport | Ack | ProtocolError, Field(discriminator="type")]
+CoordinatorMessage = Annotated[
+    StartWorkersCommand
+    | StopWorkersCommand
+    | ReconfigureCommand
+    | RetryCommand
+    | InjectFaultCommand
+    | DrainCommand
+    | ProtocolError,
+    Field(discriminator="type"),
+]
+Command = (
+    StartWorkersCommand
+    | StopWorkersCommand
+    | ReconfigureCommand
+    | RetryCommand
+    | InjectFaultCommand
+    | DrainCommand
+)
+COMMAND_TYPES: tuple[type[_Model], ...] = (
+    StartWorkersCommand,
+    StopWorkersCommand,
+    ReconfigureCommand,
+    RetryCommand,
+    InjectFaultCommand,
+    DrainCommand,
+)
+
+
+class _Envelope(_Model):
+    protocol_version: int = PROTOCOL_VERSION
+    node: str = Field(min_length=1)
+    session: str = Field(min_length=1)
+    seq: int = Field(ge=0)
+    sent_at: datetime = Field(default_factory=utcnow)
+
+
+class AgentEnvelope(_Envelope):
+    """A frame sent by an agent."""
+
+    message: AgentMessage
+
+
+class CoordinatorEnvelope(_Envelope):
+    """A frame sent by the coordinator."""
+
+    message: CoordinatorMessage
