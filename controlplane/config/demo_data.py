@@ -31,9 +31,8 @@ def _credentials() -> dict[str, str]:
 
 def ensure_demo_accounts() -> list[DemoAccount]:
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
     from rest_framework.authtoken.models import Token
-
-    from controlplane.apps.accounts.roles import grant_role
 
     passwords = _credentials()
     user_model = get_user_model()
@@ -45,7 +44,7 @@ def ensure_demo_accounts() -> list[DemoAccount]:
             user.is_staff = True
             user.is_superuser = True
         user.save()
-        grant_role(user, role)
+        user.groups.add(Group.objects.get_or_create(name=role)[0])  # roles are groups (accounts.roles)
         token, _ = Token.objects.get_or_create(user=user)
         accounts.append(DemoAccount(role=role, username=user.username, password=password, token=token.key))
     return accounts
