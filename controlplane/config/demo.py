@@ -41,7 +41,9 @@ def _wait_http(url: str, timeout_s: float, children: list[subprocess.Popen[bytes
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--host", default=os.environ.get("UNICRON_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("UNICRON_PORT", "8000")))
     parser.add_argument("--agents", type=int, default=int(os.environ.get("UNICRON_DEMO_AGENTS", "0")))
@@ -69,16 +71,49 @@ def main(argv: list[str] | None = None) -> int:
     python = sys.executable
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     commands = {
-        "web": [python, "-m", "daphne", "-b", args.host, "-p", str(args.port), "controlplane.config.asgi:application"],
-        "worker": [python, "-m", "celery", "-A", "controlplane.config.celery", "worker", "-l", "info",
-                   "--concurrency", "2", "-n", "worker@%h"],
-        "beat": [python, "-m", "celery", "-A", "controlplane.config.celery", "beat", "-l", "info",
-                 "--schedule", str(state_dir() / "celerybeat-schedule")],
+        "web": [
+            python,
+            "-m",
+            "daphne",
+            "-b",
+            args.host,
+            "-p",
+            str(args.port),
+            "controlplane.config.asgi:application",
+        ],
+        "worker": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "controlplane.config.celery",
+            "worker",
+            "-l",
+            "info",
+            "--concurrency",
+            "2",
+            "-n",
+            "worker@%h",
+        ],
+        "beat": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "controlplane.config.celery",
+            "beat",
+            "-l",
+            "info",
+            "--schedule",
+            str(state_dir() / "celerybeat-schedule"),
+        ],
     }
     children: list[subprocess.Popen[bytes]] = []
     for name, command in commands.items():
         log_file = (logs / f"{name}.log").open("ab")
-        children.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT))
+        children.append(
+            subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        )
 
     stopping = False
 
@@ -102,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  redis          {os.environ['REDIS_URL']}")
         print(f"  logs           {logs}/")
         for account in accounts:
-            print(f"  login {account.role:<9} user={account.username} password={account.password} token={account.token}")
+            print(
+                f"  login {account.role:<9} user={account.username} password={account.password}"
+                f" token={account.token}"
+            )
         print("Ctrl-C stops everything.", flush=True)
         while not stopping and not args.exit_after_ready:
             for child in children:
