@@ -1,0 +1,70 @@
+"""A malformed configuration variable stops start-up with a message naming the variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controlplane.config.env import ConfigError, env_bool, env_int, parse_database_url
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bad_boolean_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEBUG", "maybe")
+    with pytest.raises(ConfigError, match="DEBUG='maybe' is not a boolean"):
+        env_bool("DEBUG", False)
+
+
+def test_integer_below_minimum_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UNICRON_METRICS_MAX_POINTS", "1")
+    with pytest.raises(ConfigError, match="UNICRON_METRICS_MAX_POINTS=1 must be at least 2"):
+        env_int("UNICRON_METRICS_MAX_POINTS", 500, minimum=2)
+
+
+def test_secret_file_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("SECRET_KEY_FILE", str(secret))
+    from controlplane.config.env import env_str
+
+    assert env_str("SECRET_KEY") == "s3cret"
+
+
+def test_database_url_with_socket_directory_is_parsed() -> None:
+    parsed = parse_database_url("DATABASE_URL", "postgresql://postgres:@/postgres?host=/tmp/pg")
+    assert parsed["HOST"] == "/tmp/pg"
+    assert parsed["NAME"] == "postgres"
+    assert parsed["USER"] == "postgres"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://u@h/db", "only postgresql:// URLs"),
+        ("postgresql://u@h:5432/", "names no database"),
+        ("postgresql://u@h:99999/db", "invalid port"),
+    ],
+)
+def test_bad_database_url_is_refused(url: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_database_url("DATABASE_URL", url)
+
+
+def test_django_refuses_to_start_with_a_bad_redis_url() -> None:
+    env = dict(os.environ, REDIS_URL="http://nope", DJANGO_SETTINGS_MODULE="controlplane.config.settings")
+    env.setdefault("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "REDIS_URL='http://nope'" in result.stderr
