@@ -1,0 +1,114 @@
+"""Planning core (DESIGN §6): throughput model, WAF, the DP planner, precomputed plans, heuristics.
+
+Pure Python (+ numpy for the DP's vectorised inner loop); no Django, Celery, Channels or torch.
+
+- ``spec``: :class:`GPTSpec` (model + batch, FLOPs per iteration, parameters, memory).
+- ``devices``: :class:`DeviceKind`, :data:`DEVICE_KINDS`, :func:`get_device_kind`.
+- ``throughput``: :class:`ParallelConfig`, :class:`Efficiency`, :func:`enumerate_configs`,
+  :func:`iteration_time`, :class:`ThroughputTable`, :func:`build_throughput_table`, :func:`calibrate`.
+- ``waf``: :func:`waf` (F), :func:`gain` (G), :func:`expected_running_duration_s` (D_running),
+  :class:`TransitionModel` (D_transition).
+- ``planner``: :class:`TaskState`, :class:`PlanningProblem`, :class:`Plan`, :func:`plan` (DP),
+  :func:`brute_force_plan`.
+- ``precompute``: :class:`ClusterState`, events, :func:`apply_event`, :class:`PrecomputedPlans`.
+- ``heuristics``: :func:`equal_split_plan`, :func:`weight_proportional_plan`,
+  :func:`greedy_marginal_plan`.
+"""
+
+from controlplane.core.planning.devices import DEVICE_KINDS, DeviceKind, get_device_kind
+from controlplane.core.planning.heuristics import (
+    HEURISTICS,
+    equal_split_plan,
+    greedy_marginal_plan,
+    weight_proportional_plan,
+)
+from controlplane.core.planning.planner import (
+    Candidate,
+    Plan,
+    PlanningProblem,
+    TaskAssignment,
+    TaskState,
+    brute_force_plan,
+    make_plan,
+    plan,
+    task_candidates,
+)
+from controlplane.core.planning.precompute import (
+    ClusterState,
+    NodeLost,
+    NodeReturned,
+    PlanEvent,
+    PrecomputedPlans,
+    TaskCompleted,
+    apply_event,
+)
+from controlplane.core.planning.spec import GPTSpec
+from controlplane.core.planning.throughput import (
+    CalibrationResult,
+    Efficiency,
+    IterationTimeBreakdown,
+    Measurement,
+    ParallelConfig,
+    ThroughputPoint,
+    ThroughputTable,
+    build_throughput_table,
+    calibrate,
+    enumerate_configs,
+    fits_memory,
+    iteration_time,
+    iteration_time_breakdown,
+    memory_per_device,
+)
+from controlplane.core.planning.waf import (
+    TransitionModel,
+    expected_running_duration_s,
+    gain,
+    mtbf_from_observations,
+    waf,
+)
+
+__all__ = [
+    "DEVICE_KINDS",
+    "HEURISTICS",
+    "CalibrationResult",
+    "Candidate",
+    "ClusterState",
+    "DeviceKind",
+    "Efficiency",
+    "GPTSpec",
+    "IterationTimeBreakdown",
+    "Measurement",
+    "NodeLost",
+    "NodeReturned",
+    "ParallelConfig",
+    "Plan",
+    "PlanEvent",
+    "PlanningProblem",
+    "PrecomputedPlans",
+    "TaskAssignment",
+    "TaskCompleted",
+    "TaskState",
+    "ThroughputPoint",
+    "ThroughputTable",
+    "TransitionModel",
+    "apply_event",
+    "brute_force_plan",
+    "build_throughput_table",
+    "calibrate",
+    "enumerate_configs",
+    "equal_split_plan",
+    "expected_running_duration_s",
+    "fits_memory",
+    "gain",
+    "get_device_kind",
+    "greedy_marginal_plan",
+    "iteration_time",
+    "iteration_time_breakdown",
+    "make_plan",
+    "memory_per_device",
+    "mtbf_from_observations",
+    "plan",
+    "task_candidates",
+    "waf",
+    "weight_proportional_plan",
+]

@@ -1,0 +1,325 @@
+"""Failure classification (DESIGN §5.2): evidence → severity → action, table-driven and pure.
+
+API:
+- :class:`Evidence` — what a detector saw (detector kind, exit code / signal, exception type and
+  message, node / device / task, time, and whether it happened during a recovery action).
+- :data:`RULES` — the ordered table of :class:`Rule` rows; the first matching row wins.
+- :func:`classify_evidence` — the table alone; :func:`classify` — the table plus the escalation
+  policy over the failure history (:class:`EscalationPolicy`, :class:`FailureRecord`).
+- :func:`should_quarantine` — the node quarantine rule.
+- :func:`reclassify` — re-run the whole pipeline over stored evidence in time order.
+
+Unknown evidence lands on :data:`DEFAULT_RULE`: sev2 / restart the processes — the safe middle: it
+never ignores a failure and never isolates hardware on no evidence; repetition escalates it.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    SEV1 = "sev1"
+    """Hardware / node: isolate and re-plan."""
+    SEV2 = "sev2"
+    """Process level: restart the task's processes in place."""
+    SEV3 = "sev3"
+    """Transient: retry the step in place."""
+
+
+class Action(StrEnum):
+    RETRY_IN_PLACE = "retry_in_place"
+    RESTART_PROCESS = "restart_process"
+    ISOLATE_AND_RECONFIGURE = "isolate_and_reconfigure"
+
+
+ACTION_FOR: dict[Severity, Action] = {
+    Severity.SEV3: Action.RETRY_IN_PLACE,
+    Severity.SEV2: Action.RESTART_PROCESS,
+    Severity.SEV1: Action.ISOLATE_AND_RECONFIGURE,
+}
+
+
+class DetectorKind(StrEnum):
+    """The four in-band detectors of §5.1 (the statistical one has two verdicts)."""
+
+    HEARTBEAT = "heartbeat"
+    PROCESS_EXIT = "process_exit"
+    EXCEPTION = "exception"
+    HANG = "hang"
+    STRAGGLER = "straggler"
+
+
+class Category(StrEnum):
+    NODE = "node"
+    HARDWARE = "hardware"
+    NETWORK = "network"
+    PROCESS = "process"
+    RESOURCE = "resource"
+    USER = "user"
+    PERFORMANCE = "performance"
+    UNKNOWN = "unknown"
+
+
+NOT_HARDWARE = frozenset({Category.USER, Category.RESOURCE})
+"""Categories whose repetition says nothing about the node (a bug or an OOM follows the task, not the
+device), so they are never escalated to isolation."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    detector: str
+    exit_code: int | None = None
+    signal: int | None = None
+    exception_type: str | None = None
+    message: str = ""
+    node: str | None = None
+    device: int | None = None
+    task_id: str | None = None
+    occurred_at: float = 0.0
+    during_recovery: Action | None = None
+    """Set when this failure struck while executing ``during_recovery`` for an earlier failure of the
+    same task (a failed retry or restart)."""
+
+    @property
+    def text(self) -> str:
+        return f"{self.exception_type or ''}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One row: every given condition must hold (AND); ``None`` means "any"."""
+
+    name: str
+    severity: Severity
+    category: Category
+    reason: str
+    detectors: frozenset[str] | None = None
+    pattern: str | None = None
+    """Regex searched (case-insensitive) in ``"<exception type>: <message>"``."""
+    exception_types: frozenset[str] | None = None
+    """Exception class names (the last dotted component is compared)."""
+    exit_codes: frozenset[int] | None = None
+    signals: frozenset[int] | None = None
+    _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.pattern is not None:
+            object.__setattr__(self, "_regex", re.compile(self.pattern, re.IGNORECASE))
+
+    @property
+    def action(self) -> Action:
+        return ACTION_FOR[self.severity]
+
+    def matches(self, ev: Evidence) -> bool:
+        if self.detectors is not None and ev.detector not in self.detectors:
+            return False
+        if self._regex is not None and not self._regex.search(ev.text):
+            return False
+        if self.exception_types is not None and (
+            ev.exception_type is None or ev.exception_type.rsplit(".", 1)[-1] not in self.exception_types
+        ):
+            return False
+        if self.exit_codes is not None and ev.exit_code not in self.exit_codes:
+            return False
+        return self.signals is None or _signal_of(ev) in self.signals
+
+
+def _signal_of(ev: Evidence) -> int | None:
+    """The terminating signal: explicit, negative Popen return codes, or shell-style 128+N codes."""
+    if ev.signal is not None:
+        return ev.signal
+    if ev.exit_code is not None and ev.exit_code < 0:
+        return -ev.exit_code
+    if ev.exit_code is not None and 128 < ev.exit_code < 160:
+        return ev.exit_code - 128
+    return None
+
+
+_S = DetectorKind
+_CRASH_SIGNALS = frozenset({_signal.SIGSEGV, _signal.SIGBUS, _signal.SIGABRT, _signal.SIGILL, _signal.SIGFPE})
+
+RULES: tuple[Rule, ...] = (
+    # --- sev1: node and hardware ----------------------------------------------------------------
+    Rule("node-heartbeat-lost", Severity.SEV1, Category.NODE,
+         "agent heartbeats stopped: node crash, agent death or partition",
+         detectors=frozenset({_S.HEARTBEAT})),
+    # NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors): 48 DBE ECC, 62 micro-controller halt,
+    # 63/64 row-remap event/failure, 74 NVLink error, 79 fallen off the bus, 92 high single-bit ECC
+    # rate, 94/95 contained/uncontained ECC, 119/120 GSP errors, 140 unrecovered ECC.
+    Rule("gpu-xid-hardware", Severity.SEV1, Category.HARDWARE, "GPU Xid that indicates failing hardware",
+         pattern=r"\bXid\b\D{0,24}\b(48|62|63|64|74|79|92|94|95|119|120|140)\b"),
+    Rule("gpu-ecc", Severity.SEV1, Category.HARDWARE, "uncorrectable memory (ECC) error on the device",
+         pattern=r"uncorrectable ECC|ECC error|double[- ]bit|cudaErrorECCUncorrectable"),
+    Rule("gpu-nvlink", Severity.SEV1, Category.HARDWARE, "NVLink error",
+         pattern=r"NVLink.{0,40}(error|fail|down)"),
+    Rule("gpu-lost", Severity.SEV1, Category.HARDWARE, "device disappeared or became unavailable",
+         pattern=r"fallen off the bus|no CUDA-capable device"
+                 r"|CUDA-capable device\(s\) (is|are) busy or unavailable"),
+    Rule("straggler", Severity.SEV1, Category.PERFORMANCE,
+         "rank persistently slower than its peers: isolate so the planner weighs running without it",
+         detectors=frozenset({_S.STRAGGLER})),
+    # --- sev3: transient network ------------------------------------------------------------------
+    Rule("collective-timeout", Severity.SEV3, Category.NETWORK, "one collective timed out",
+         pattern=r"collective operation timeout|Watchdog caught collective|NCCL.{0,60}timed? ?out"),
+    Rule("connection-error", Severity.SEV3, Category.NETWORK, "transient connection error",
+         exception_types=frozenset({"ConnectionResetError", "ConnectionRefusedError",
+                                    "ConnectionAbortedError", "BrokenPipeError", "DistNetworkError",
+                                    "DistStoreError"})),
+    Rule("connection-message", Severity.SEV3, Category.NETWORK, "transient connection error (from message)",
+         pattern=r"connection reset|connection refused|broken pipe|connection closed by|socket timeout"
+                 r"|NET/IB|link (is )?(down|flap)|remote process exited or there was a network error"),
+    Rule("gloo-transport", Severity.SEV3, Category.NETWORK, "gloo transport error",
+         pattern=r"gloo.{0,80}(connection|timed out|read error|write error|EOF)"),
+    Rule("hang", Severity.SEV3, Category.NETWORK,
+         "iteration exceeded the hang threshold (stuck collective): "
+         "abort the communicator and repeat the step",
+         detectors=frozenset({_S.HANG})),
+    # --- sev2: process level ----------------------------------------------------------------------
+    Rule("cuda-oom", Severity.SEV2, Category.RESOURCE, "device out of memory",
+         pattern=r"CUDA out of memory|OutOfMemoryError"),
+    Rule("cuda-error", Severity.SEV2, Category.PROCESS, "CUDA runtime error in the process",
+         pattern=r"CUDA error|illegal memory access|cudaError|CUBLAS_STATUS|CUDNN_STATUS|device-side assert"),
+    Rule("nccl-error", Severity.SEV2, Category.PROCESS, "NCCL error (communicator unusable)",
+         pattern=r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage"),
+    Rule("killed", Severity.SEV2, Category.RESOURCE, "worker killed by SIGKILL (host OOM killer or operator)",
+         signals=frozenset({_signal.SIGKILL})),
+    Rule("crash-signal", Severity.SEV2, Category.PROCESS, "worker crashed on a fatal signal",
+         signals=_CRASH_SIGNALS),
+    Rule("user-exception", Severity.SEV2, Category.USER, "exception in the training code",
+         detectors=frozenset({_S.EXCEPTION}),
+         exception_types=frozenset({"ValueError", "KeyError", "TypeError", "AssertionError", "IndexError",
+                                    "AttributeError", "NameError", "ZeroDivisionError", "FileNotFoundError",
+                                    "NotImplementedError", "ImportError", "ModuleNotFoundError"})),
+    Rule("worker-exited", Severity.SEV2, Category.PROCESS, "worker exited with a non-zero code",
+         detectors=frozenset({_S.PROCESS_EXIT}), exit_codes=frozenset(range(1, 256))),
+    Rule("worker-exited-early", Severity.SEV2, Category.PROCESS, "worker exited 0 before the task completed",
+         detectors=frozenset({_S.PROCESS_EXIT}), exit_codes=frozenset({0})),
+)  # fmt: skip
+
+DEFAULT_RULE = Rule(
+    "default",
+    Severity.SEV2,
+    Category.UNKNOWN,
+    "no rule matched: restart the processes (safe default — never ignores a failure, never isolates "
+    "hardware without evidence; repetition escalates it)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    severity: Severity
+    action: Action
+    category: Category
+    rule: str
+    reason: str
+    escalated_from: Severity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRecord:
+    """A past failure as stored: its evidence and how it was classified."""
+
+    evidence: Evidence
+    classification: Classification
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationPolicy:
+    """§5.2 escalation: a failed retry → sev2; a failed restart or a sev2 recurring on the same device
+    within ``recurrence_window_s`` → sev1; ``sev3_repeat_count`` sev3 on one node within the window →
+    sev2 (retries are not helping). Quarantine: ``quarantine_sev1_count`` sev1 on one node within
+    ``quarantine_window_s`` keeps it out until an operator clears it."""
+
+    recurrence_window_s: float = 3600.0
+    sev2_repeat_count: int = 2
+    sev3_repeat_count: int = 3
+    quarantine_sev1_count: int = 2
+    quarantine_window_s: float = 7 * 24 * 3600.0
+
+
+def classify_evidence(ev: Evidence, rules: Sequence[Rule] = RULES) -> Classification:
+    """The table alone: the first matching row, or the safe default."""
+    rule = next((r for r in rules if r.matches(ev)), DEFAULT_RULE)
+    return Classification(rule.severity, rule.action, rule.category, rule.name, rule.reason)
+
+
+def _escalate(c: Classification, to: Severity, why: str) -> Classification:
+    return replace(
+        c, severity=to, action=ACTION_FOR[to], escalated_from=c.severity, reason=f"{c.reason}; {why}"
+    )
+
+
+def classify(
+    ev: Evidence,
+    history: Iterable[FailureRecord] = (),
+    policy: EscalationPolicy | None = None,
+    rules: Sequence[Rule] = RULES,
+) -> Classification:
+    """Table lookup, then escalation over the history (records before ``ev``)."""
+    policy = policy or EscalationPolicy()
+    c = classify_evidence(ev, rules)
+    hardware_possible = c.category not in NOT_HARDWARE
+    if ev.during_recovery is Action.RESTART_PROCESS and c.severity is not Severity.SEV1 and hardware_possible:
+        return _escalate(c, Severity.SEV1, "the restart failed")
+    if ev.during_recovery is Action.RETRY_IN_PLACE and c.severity is Severity.SEV3:
+        c = _escalate(c, Severity.SEV2, "the retry in place failed")
+    recent = [
+        r
+        for r in history
+        if r.evidence.node == ev.node
+        and 0 <= ev.occurred_at - r.evidence.occurred_at <= policy.recurrence_window_s
+    ]
+    if c.severity is Severity.SEV2 and hardware_possible and ev.node is not None:
+        same_device = [
+            r
+            for r in recent
+            if r.evidence.device == ev.device
+            and r.classification.severity is Severity.SEV2
+            and r.classification.category not in NOT_HARDWARE
+        ]
+        if len(same_device) + 1 >= policy.sev2_repeat_count:
+            return _escalate(
+                c, Severity.SEV1, f"sev2 #{len(same_device) + 1} on {ev.node}/{ev.device} within the window"
+            )
+    if c.severity is Severity.SEV3 and ev.node is not None:
+        sev3 = [
+            r
+            for r in recent
+            if r.classification.severity is Severity.SEV3 and r.classification.escalated_from is None
+        ]
+        if len(sev3) + 1 >= policy.sev3_repeat_count:
+            c = _escalate(c, Severity.SEV2, f"sev3 #{len(sev3) + 1} on {ev.node} within the window")
+    return c
+
+
+def should_quarantine(
+    node: str, history: Iterable[FailureRecord], now: float, policy: EscalationPolicy | None = None
+) -> tuple[bool, str]:
+    """Whether ``node`` keeps failing enough to be quarantined until an operator clears it."""
+    policy = policy or EscalationPolicy()
+    hits = [
+        r
+        for r in history
+        if r.evidence.node == node
+        and r.classification.severity is Severity.SEV1
+        and 0 <= now - r.evidence.occurred_at <= policy.quarantine_window_s
+    ]
+    if len(hits) >= policy.quarantine_sev1_count:
+        rules = ", ".join(sorted({r.classification.rule for r in hits}))
+        return True, f"{len(hits)} sev1 failures on {node} within {policy.quarantine_window_s:.0f}s ({rules})"
+    return False, f"{len(hits)} sev1 failures on {node} within the window (< {policy.quarantine_sev1_count})"
+
+
+def reclassify(
+    evidence: Iterable[Evidence], policy: EscalationPolicy | None = None, rules: Sequence[Rule] = RULES
+) -> list[FailureRecord]:
+    """Re-run classification and escalation over stored evidence, in time order."""
+    out: list[FailureRecord] = []
+    for ev in sorted(evidence, key=lambda e: e.occurred_at):
+        out.append(FailureRecord(ev, classify(ev, out, policy, rules)))
+    return out
