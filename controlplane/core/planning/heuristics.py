@@ -42,9 +42,11 @@ def equal_split_plan(problem: PlanningProblem) -> Plan:
 def weight_proportional_plan(problem: PlanningProblem) -> Plan:
     t0 = time.perf_counter()
     total = sum(t.weight for t in problem.tasks)
-    if total <= 0:
-        return equal_split_plan(problem)
-    shares = [int(problem.capacity_units * t.weight / total) for t in problem.tasks]
+    m = len(problem.tasks)
+    if total <= 0:  # all weights zero: proportional to nothing, split equally
+        shares = [problem.capacity_units // m] * m if m else []
+    else:
+        shares = [int(problem.capacity_units * t.weight / total) for t in problem.tasks]
     return _share_plan(problem, shares, "weight-proportional", t0)
 
 
