@@ -51,6 +51,7 @@ class _Task:
     lost_flops: float = 0.0
     failures: int = 0
     completed_at: float | None = None
+    ran: bool = False
 
 
 @dataclass(frozen=True)
@@ -279,8 +280,9 @@ class Simulator:
         if n >= self.policy.min_nodes(self, task.idx):
             rate = self._throughput.flops(task.idx, n) * self.policy.throughput_factor
         if rate <= 0:
-            if task.phase is not Phase.WAITING:
-                self._stop(task, Phase.WAITING, Cause.WAITING)
+            cause = Cause.WAITING if task.ran else Cause.QUEUED
+            if task.phase is not Phase.WAITING or task.cause is not cause:
+                self._stop(task, Phase.WAITING, cause)
             return
         if task.pending_recompute > 0:
             dur = task.pending_recompute / rate
@@ -289,6 +291,7 @@ class Simulator:
             return
         self._close_cause(task)
         task.phase = Phase.RUNNING
+        task.ran = True
         task.rate = rate
         task.version += 1
         if task.spec.work_flops is not None:
@@ -325,7 +328,7 @@ class Simulator:
         for i in idxs:
             task = self._tasks[i]
             task.phase = Phase.WAITING
-            self._set_cause(task, Cause.WAITING)
+            self._set_cause(task, Cause.QUEUED)
         self._apply(self.policy.on_arrivals(self, idxs))
         for i in idxs:
             task = self._tasks[i]

@@ -18,7 +18,7 @@ from typing import Protocol
 class ClusterSpec:
     nodes: int
     gpus_per_node: int = 8
-    device_kind: str = "A100-80GB"
+    device_kind: str = "a100-80g"  # a name in the planning core's DEVICE_KINDS
 
     def __post_init__(self) -> None:
         if self.nodes <= 0 or self.gpus_per_node <= 0:
@@ -66,7 +66,8 @@ class SimTask:
     """A training task: what it trains, how much it matters, how big it asks to be, how long it runs.
 
     `nodes` is the size the task was submitted with: the static baselines run it at exactly that
-    size (and the planner treats it as nothing special). `work_flops` is the total model FLOPs it
+    size (and the planner treats it as nothing special; `max_nodes` bounds what it may grow to).
+    `work_flops` is the total model FLOPs it
     must do (None: it trains until the simulation ends).
     """
 
@@ -76,6 +77,7 @@ class SimTask:
     nodes: int
     arrival_s: float = 0.0
     work_flops: float | None = None
+    max_nodes: int | None = None  # the most nodes the task can use (None: the whole cluster)
 
     def __post_init__(self) -> None:
         if self.weight < 0:
@@ -128,7 +130,8 @@ class Cause(StrEnum):
     RESTART = "restart"  # restart processes in place (ours sev2)
     RETRY = "retry"  # repeat the step in place (ours sev3)
     TRANSITION = "transition"  # reconfigure to a new worker count / migrate state
-    WAITING = "waiting"  # too few nodes to run (waiting for repair or for a plan to grant some)
+    WAITING = "waiting"  # too few nodes to run after having run (waiting for repair / a plan)
+    QUEUED = "queued"  # never started: the initial plan gave it no nodes (not failure downtime)
 
 
 @dataclass
