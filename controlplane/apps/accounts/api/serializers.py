@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.apps.accounts.models import AuditEntry
+from controlplane.apps.accounts.roles import Role
+
+
+class MeSerializer(serializers.Serializer[Any]):
+    username = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices, allow_null=True)
+
+
+class AuditEntrySerializer(serializers.ModelSerializer[AuditEntry]):
+    class Meta:
+        model = AuditEntry
+        fields = ["id", "at", "actor", "actor_label", "verb", "object_type", "object_id", "before", "after"]

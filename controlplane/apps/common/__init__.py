@@ -1,0 +1,1 @@
+"""Helpers shared by the domain apps (not an installed app: no models)."""

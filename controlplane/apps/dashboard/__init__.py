@@ -1,0 +1,1 @@
+"""The live web dashboard: server-rendered page shells; data comes from /api/v1/ and ws/live/."""

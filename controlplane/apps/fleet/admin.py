@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from controlplane.apps.fleet.models import AgentCommand, Device, Node
+
+
+class DeviceInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = Device
+    extra = 0
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["name", "address", "state", "quarantined", "last_heartbeat_at", "agent_version"]
+    list_filter = ["state", "quarantined"]
+    search_fields = ["name", "address"]
+    readonly_fields = ["token_hash", "created_at", "updated_at"]
+    inlines = [DeviceInline]
+
+
+@admin.register(Device)
+class DeviceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["node", "index", "kind", "memory_bytes", "state", "error_count"]
+    list_filter = ["state", "kind"]
+
+
+@admin.register(AgentCommand)
+class AgentCommandAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["command_id", "node", "type", "state", "task", "task_epoch", "created_at", "acked_at"]
+    list_filter = ["state", "type"]
+    readonly_fields = ["command_id", "created_at", "sent_at", "acked_at"]

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.apps.common.serializers import StrictInputSerializer
+from controlplane.apps.fleet.models import Device, Node
+
+
+class DeviceSerializer(serializers.ModelSerializer[Device]):
+    node_name = serializers.CharField(source="node.name", read_only=True)
+
+    class Meta:
+        model = Device
+        fields = [
+            "id",
+            "node",
+            "node_name",
+            "index",
+            "kind",
+            "memory_bytes",
+            "state",
+            "error_count",
+            "sev2_count",
+            "sev1_count",
+            "last_error_at",
+        ]
+
+
+class NodeSerializer(serializers.ModelSerializer[Node]):
+    device_count = serializers.IntegerField(source="devices.count", read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "name",
+            "address",
+            "state",
+            "quarantined",
+            "last_heartbeat_at",
+            "agent_version",
+            "device_count",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class DeviceSpecSerializer(StrictInputSerializer):
+    index = serializers.IntegerField(min_value=0)
+    kind = serializers.CharField(max_length=64)
+    memory_bytes = serializers.IntegerField(min_value=1)
+
+
+class NodeRegisterSerializer(StrictInputSerializer):
+    name = serializers.SlugField(max_length=100)
+    address = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    devices = DeviceSpecSerializer(many=True, required=False, default=list)
+
+
+class NodeRegisteredSerializer(serializers.Serializer[Any]):
+    node = NodeSerializer()
+    token = serializers.CharField(help_text="The agent token. Shown once; store it now.")

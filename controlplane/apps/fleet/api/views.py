@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.apps.accounts.roles import Role
+from controlplane.apps.common.viewsets import RoleGatedViewSet
+from controlplane.apps.fleet.api.serializers import (
+    DeviceSerializer,
+    NodeRegisteredSerializer,
+    NodeRegisterSerializer,
+    NodeSerializer,
+)
+from controlplane.apps.fleet.models import Device, Node
+from controlplane.apps.fleet.selectors import list_devices, list_nodes
+from controlplane.apps.fleet.services import (
+    DeviceSpec,
+    do_clear_quarantine,
+    do_drain_node,
+    do_register_node,
+)
+
+
+class NodeFilter(filters.FilterSet):  # type: ignore[misc]
+    name = filters.CharFilter(lookup_expr="icontains")
+
+    class Meta:
+        model = Node
+        fields = ["state", "quarantined", "name"]
+
+
+class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedViewSet):
+    queryset = list_nodes()
+    serializer_class = NodeSerializer
+    filterset_class = NodeFilter
+    ordering_fields = ["name", "state", "last_heartbeat_at"]
+    action_roles = {"create": Role.ADMIN, "drain": Role.OPERATOR, "clear_quarantine": Role.OPERATOR}
+
+    @extend_schema(request=NodeRegisterSerializer, responses={201: NodeRegisteredSerializer})
+    def create(self, request: Request) -> Response:
+        """Register a node and its devices; the response carries the agent token, this once only."""
+        data = NodeRegisterSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        devices = [DeviceSpec(d["index"], d["kind"], d["memory_bytes"]) for d in v["devices"]]
+        node, token = do_register_node(request.user, v["name"], v["address"], devices)
+        body = NodeRegisteredSerializer({"node": node, "token": token}).data
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, pk: str | None = None) -> Response:
+        """Take the node out of service gracefully (operator)."""
+        node = do_drain_node(request.user, self.get_object())
+        return Response(NodeSerializer(node).data)
+
+    @extend_schema(request=None, responses=NodeSerializer)
+    @action(detail=True, methods=["post"], url_path="clear-quarantine")
+    def clear_quarantine(self, request: Request, pk: str | None = None) -> Response:
+        """Let a quarantined node back into plans (operator)."""
+        node = do_clear_quarantine(request.user, self.get_object())
+        return Response(NodeSerializer(node).data)
+
+
+class DeviceFilter(filters.FilterSet):  # type: ignore[misc]
+    class Meta:
+        model = Device
+        fields = ["node", "state", "kind"]
+
+
+class DeviceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedViewSet):
+    queryset = list_devices()
+    serializer_class = DeviceSerializer
+    filterset_class = DeviceFilter
+    ordering_fields = ["node__name", "index", "state"]

@@ -1,0 +1,31 @@
+"""Fleet queries."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from controlplane.apps.fleet.choices import CommandState
+from controlplane.apps.fleet.models import AgentCommand, Device, Node
+from controlplane.apps.fleet.tokens import token_matches
+
+
+def verify_node_token(node_name: str, token: str) -> Node | None:
+    """The node ``node_name`` if ``token`` is its agent token, else None (constant-time hash compare)."""
+    node = Node.objects.filter(name=node_name).first()
+    if node is None or not node.token_hash:
+        # compare anyway so a missing node costs the same as a wrong token
+        token_matches(token, "0" * 64)
+        return None
+    return node if token_matches(token, node.token_hash) else None
+
+
+def list_nodes() -> QuerySet[Node]:
+    return Node.objects.all()
+
+
+def list_devices() -> QuerySet[Device]:
+    return Device.objects.select_related("node")
+
+
+def list_pending_commands(node: Node) -> QuerySet[AgentCommand]:
+    return AgentCommand.objects.filter(node=node, state=CommandState.PENDING).order_by("created_at", "id")

@@ -1,0 +1,230 @@
+"""Fleet services: the one write path for nodes, devices and the agent command outbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from controlplane.apps.accounts.services import Actor, do_record_audit
+from controlplane.apps.common.cas import swap_state
+from controlplane.apps.common.errors import Conflict, InvalidInput, StaleState
+from controlplane.apps.fleet.choices import (
+    COMMAND_MACHINE,
+    DEVICE_MACHINE,
+    DRAINABLE_NODE_STATES,
+    NODE_MACHINE,
+    CommandState,
+    CommandType,
+    NodeState,
+)
+from controlplane.apps.fleet.models import AgentCommand, Device, Node
+from controlplane.apps.fleet.tokens import hash_node_token, new_node_token
+from controlplane.live.broadcast import send_event_on_commit
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    index: int
+    kind: str
+    memory_bytes: int
+
+
+def node_event(node: Node) -> dict[str, Any]:
+    return {"id": node.pk, "name": node.name, "state": node.state, "quarantined": node.quarantined}
+
+
+# --- registration and tokens -------------------------------------------------------------------
+
+
+def check_register_node(name: str, devices: list[DeviceSpec]) -> None:
+    errors: dict[str, list[str]] = {}
+    if Node.objects.filter(name=name).exists():
+        errors["name"] = [f"A node named {name!r} already exists."]
+    indexes = [d.index for d in devices]
+    if len(set(indexes)) != len(indexes):
+        errors["devices"] = ["Device indexes must be unique on a node."]
+    if any(d.memory_bytes <= 0 for d in devices):
+        errors.setdefault("devices", []).append("Device memory must be positive.")
+    if errors:
+        raise InvalidInput(errors)
+
+
+@transaction.atomic
+def do_register_node(
+    actor: Actor, name: str, address: str = "", devices: list[DeviceSpec] | None = None
+) -> tuple[Node, str]:
+    """Create a node with its devices; returns the plaintext agent token (shown this once only)."""
+    devices = devices or []
+    check_register_node(name, devices)
+    token = new_node_token()
+    node = Node.objects.create(name=name, address=address, token_hash=hash_node_token(token))
+    Device.objects.bulk_create(
+        Device(node=node, index=d.index, kind=d.kind, memory_bytes=d.memory_bytes) for d in devices
+    )
+    do_record_audit(actor, "register_node", node, after={"name": name, "devices": len(devices)})
+    send_event_on_commit("node.registered", node_event(node))
+    return node, token
+
+
+@transaction.atomic
+def do_rotate_node_token(actor: Actor, node: Node) -> str:
+    token = new_node_token()
+    Node.objects.filter(pk=node.pk).update(token_hash=hash_node_token(token))
+    do_record_audit(actor, "rotate_node_token", node)
+    return token
+
+
+# --- node state ----------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def do_set_node_state(node: Node, new: NodeState, reason: str = "") -> Node:
+    """Health-monitor transitions (joining→healthy, healthy→suspect→lost …), compare-and-swap."""
+    swap_state(Node, node.pk, NODE_MACHINE, node.state, new, updated_at=timezone.now())
+    node.refresh_from_db()
+    send_event_on_commit("node.state", {**node_event(node), "reason": reason})
+    return node
+
+
+def do_record_heartbeat(node: Node, agent_version: str | None = None) -> None:
+    fields: dict[str, Any] = {"last_heartbeat_at": timezone.now()}
+    if agent_version is not None:
+        fields["agent_version"] = agent_version
+    Node.objects.filter(pk=node.pk).update(**fields)
+
+
+def check_drain_node(node: Node) -> None:
+    if node.state not in DRAINABLE_NODE_STATES:
+        raise Conflict(f"Node {node.name} is {node.state} and cannot be drained.")
+
+
+@transaction.atomic
+def do_drain_node(actor: Actor, node: Node) -> Node:
+    """Take a node out of service gracefully: no new work; its agent is told to drain."""
+    check_drain_node(node)
+    before = node.state
+    swap_state(Node, node.pk, NODE_MACHINE, before, NodeState.DRAINING, updated_at=timezone.now())
+    node.refresh_from_db()
+    do_enqueue_command(node, CommandType.DRAIN, {})
+    do_record_audit(actor, "drain_node", node, {"state": before}, {"state": node.state})
+    send_event_on_commit("node.state", {**node_event(node), "reason": "drained by operator"})
+    return node
+
+
+@transaction.atomic
+def do_quarantine_node(actor: Actor, node: Node, reason: str) -> Node:
+    """Keep a node that keeps failing out of plans until an operator clears it (DESIGN §5.2)."""
+    if Node.objects.filter(pk=node.pk, quarantined=False).update(quarantined=True) != 1:
+        raise Conflict(f"Node {node.name} is already quarantined.")
+    node.refresh_from_db()
+    if NODE_MACHINE.can(node.state, NodeState.ISOLATED):
+        swap_state(Node, node.pk, NODE_MACHINE, node.state, NodeState.ISOLATED)
+        node.refresh_from_db()
+    do_record_audit(actor, "quarantine_node", node, after={"reason": reason, "state": node.state})
+    send_event_on_commit("node.state", {**node_event(node), "reason": reason})
+    return node
+
+
+def check_clear_quarantine(node: Node) -> None:
+    if not node.quarantined:
+        raise Conflict(f"Node {node.name} is not quarantined.")
+
+
+@transaction.atomic
+def do_clear_quarantine(actor: Actor, node: Node) -> Node:
+    """Operator clears the quarantine; an isolated node goes back to `joining` to be re-admitted."""
+    check_clear_quarantine(node)
+    if Node.objects.filter(pk=node.pk, quarantined=True).update(quarantined=False) != 1:
+        raise StaleState(f"Node {node.name} quarantine was cleared concurrently.")
+    before_state = node.state
+    node.refresh_from_db()
+    if node.state == NodeState.ISOLATED:
+        swap_state(Node, node.pk, NODE_MACHINE, NodeState.ISOLATED, NodeState.JOINING)
+        node.refresh_from_db()
+    do_record_audit(
+        actor,
+        "clear_quarantine",
+        node,
+        {"quarantined": True, "state": before_state},
+        {"quarantined": False, "state": node.state},
+    )
+    send_event_on_commit("node.state", {**node_event(node), "reason": "quarantine cleared"})
+    return node
+
+
+# --- devices ---------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def do_set_device_state(device: Device, new: str) -> Device:
+    swap_state(Device, device.pk, DEVICE_MACHINE, device.state, new)
+    device.refresh_from_db()
+    send_event_on_commit("device.state", {"id": device.pk, "node": device.node_id, "state": device.state})
+    return device
+
+
+def do_count_device_error(device: Device, severity: str | None = None) -> None:
+    fields: dict[str, Any] = {"error_count": F("error_count") + 1, "last_error_at": timezone.now()}
+    if severity == "sev2":
+        fields["sev2_count"] = F("sev2_count") + 1
+    elif severity == "sev1":
+        fields["sev1_count"] = F("sev1_count") + 1
+    Device.objects.filter(pk=device.pk).update(**fields)
+
+
+# --- agent command outbox ----------------------------------------------------------------------
+
+
+def do_enqueue_command(
+    node: Node,
+    type: CommandType,
+    payload: dict[str, Any],
+    task_id: int | None = None,
+    task_epoch: int | None = None,
+) -> AgentCommand:
+    """Persist a command for ``node``; the agent link sends it and re-sends it until acked."""
+    command = AgentCommand.objects.create(
+        node=node, type=type, payload=payload, task_id=task_id, task_epoch=task_epoch
+    )
+    send_event_on_commit(
+        "agent_command.queued", {"node": node.name, "command_id": str(command.command_id), "type": type}
+    )
+    return command
+
+
+def do_mark_command_sent(command: AgentCommand) -> None:
+    now = timezone.now()
+    if command.state == CommandState.SENT:  # a re-send
+        AgentCommand.objects.filter(pk=command.pk, state=CommandState.SENT).update(
+            sent_at=now, attempts=F("attempts") + 1
+        )
+        return
+    swap_state(
+        AgentCommand,
+        command.pk,
+        COMMAND_MACHINE,
+        command.state,
+        CommandState.SENT,
+        sent_at=now,
+        attempts=F("attempts") + 1,
+    )
+
+
+def do_ack_command(command: AgentCommand, ok: bool, error: str = "") -> bool:
+    """Record an agent's ack; idempotent (a duplicate ack of a finished command returns False)."""
+    if COMMAND_MACHINE.is_terminal(command.state):
+        return False
+    new = CommandState.ACKED if ok else CommandState.FAILED
+    swap_state(
+        AgentCommand, command.pk, COMMAND_MACHINE, command.state, new, acked_at=timezone.now(), error=error
+    )
+    return True
+
+
+def do_requeue_unacked_commands(node: Node) -> int:
+    """On agent reconnect: every sent-but-unacked command goes back to pending to be re-sent."""
+    return AgentCommand.objects.filter(node=node, state=CommandState.SENT).update(state=CommandState.PENDING)

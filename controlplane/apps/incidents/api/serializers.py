@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.apps.incidents.models import Alert, FailureEvent
+
+
+class FailureEventSerializer(serializers.ModelSerializer[FailureEvent]):
+    node_name = serializers.CharField(source="node.name", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = FailureEvent
+        fields = [
+            "id",
+            "report_id",
+            "detector",
+            "kind",
+            "summary",
+            "node",
+            "node_name",
+            "device",
+            "task",
+            "evidence",
+            "severity",
+            "action",
+            "occurred_at",
+            "detected_at",
+            "resolved_at",
+            "escalated_from",
+        ]
+
+
+class AlertSerializer(serializers.ModelSerializer[Alert]):
+    acknowledged_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    resolved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    node_name = serializers.CharField(source="node.name", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = Alert
+        fields = [
+            "id",
+            "severity",
+            "state",
+            "message",
+            "source_event",
+            "node",
+            "node_name",
+            "created_at",
+            "acknowledged_by",
+            "acknowledged_at",
+            "acknowledge_comment",
+            "resolved_by",
+            "resolved_at",
+            "resolve_comment",
+        ]

@@ -1,0 +1,114 @@
+"""Planning services: persist plans, start transitions and advance them step by step (CAS)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.apps.common.cas import swap_state
+from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.planning.choices import (
+    STEP_MACHINE,
+    TRANSITION_MACHINE,
+    PlanTrigger,
+    StepState,
+    TransitionState,
+)
+from controlplane.apps.planning.models import Plan, Transition, TransitionStep
+from controlplane.apps.training.models import TrainingTask
+from controlplane.live.broadcast import send_event_on_commit
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    trigger: PlanTrigger
+    input_snapshot: dict[str, Any]
+    decisions: list[dict[str, Any]]
+    expected_waf: float
+    transition_cost: float
+    d_running_s: float
+    compute_time_ms: float
+    failure_event: FailureEvent | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@transaction.atomic
+def do_record_plan(record: PlanRecord) -> Plan:
+    plan = Plan.objects.create(
+        trigger=record.trigger,
+        failure_event=record.failure_event,
+        input_snapshot=record.input_snapshot,
+        decisions=record.decisions,
+        expected_waf=record.expected_waf,
+        transition_cost=record.transition_cost,
+        d_running_s=record.d_running_s,
+        compute_time_ms=record.compute_time_ms,
+    )
+    send_event_on_commit(
+        "plan.created",
+        {
+            "id": plan.pk,
+            "trigger": plan.trigger,
+            "expected_waf": plan.expected_waf,
+            "decisions": plan.decisions,
+        },
+    )
+    return plan
+
+
+def transition_payload(t: Transition) -> dict[str, Any]:
+    return {"id": t.pk, "plan": t.plan_id, "task": t.task_id, "state": t.state, "epoch": t.epoch}
+
+
+@transaction.atomic
+def do_create_transition(
+    plan: Plan, task: TrainingTask, step_names: list[str], old_workers: int, new_workers: int
+) -> Transition:
+    """A pending transition of ``task`` to the next epoch, with its steps in order."""
+    t = Transition.objects.create(
+        plan=plan, task=task, epoch=task.epoch + 1, old_workers=old_workers, new_workers=new_workers
+    )
+    TransitionStep.objects.bulk_create(
+        TransitionStep(transition=t, order=i, name=name) for i, name in enumerate(step_names)
+    )
+    send_event_on_commit("transition.created", transition_payload(t))
+    return t
+
+
+@transaction.atomic
+def do_set_transition_state(
+    t: Transition, new: TransitionState, error: str = "", **fields: Any
+) -> Transition:
+    now = timezone.now()
+    if new == TransitionState.RUNNING:
+        fields["started_at"] = now
+    if TRANSITION_MACHINE.is_terminal(new):
+        fields["finished_at"] = now
+    swap_state(Transition, t.pk, TRANSITION_MACHINE, t.state, new, error=error, **fields)
+    t.refresh_from_db()
+    send_event_on_commit("transition.state", transition_payload(t))
+    return t
+
+
+@transaction.atomic
+def do_set_step_state(
+    step: TransitionStep, new: StepState, detail: dict[str, Any] | None = None
+) -> TransitionStep:
+    now = timezone.now()
+    fields: dict[str, Any] = {}
+    if new == StepState.RUNNING:
+        fields["started_at"] = now
+    if STEP_MACHINE.is_terminal(new):
+        fields["finished_at"] = now
+    if detail is not None:
+        fields["detail"] = detail
+    swap_state(TransitionStep, step.pk, STEP_MACHINE, step.state, new, **fields)
+    step.refresh_from_db()
+    send_event_on_commit(
+        "transition.step",
+        {"transition": step.transition_id, "order": step.order, "name": step.name, "state": step.state},
+    )
+    return step

@@ -1,0 +1,261 @@
+"""Training services: submit, reprioritise, cancel, state transitions and device allocation."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from controlplane.apps.accounts.services import Actor, acting_user, do_record_audit
+from controlplane.apps.common.cas import swap_state
+from controlplane.apps.common.errors import AllocationConflict, Conflict, InvalidInput
+from controlplane.apps.fleet.choices import CommandType
+from controlplane.apps.fleet.models import Device, Node
+from controlplane.apps.fleet.services import do_enqueue_command
+from controlplane.apps.training.choices import (
+    CANCELLABLE_TASK_STATES,
+    TASK_MACHINE,
+    ParallelRole,
+    TaskState,
+)
+from controlplane.apps.training.fit import TaskShape, fit_errors, summarize_kinds
+from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.core.planning import GPTSpec
+from controlplane.live.broadcast import send_event_on_commit
+
+
+@dataclass(frozen=True)
+class TaskSubmission:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    seq_length: int
+    vocab_size: int
+    global_batch_size: int
+    micro_batch_size: int
+    weight: float = 1.0
+    min_workers: int = 1
+    max_workers: int = 1
+    allocation_unit: int = 1
+    activation_recomputation: bool = False
+
+
+def task_event(task: TrainingTask) -> dict[str, Any]:
+    return {
+        "id": task.pk,
+        "name": task.name,
+        "state": task.state,
+        "weight": task.weight,
+        "epoch": task.epoch,
+    }
+
+
+# --- submission -----------------------------------------------------------------------------------
+
+
+def _shape_errors(s: TaskSubmission) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    if s.weight < 0:
+        errors["weight"] = ["Weight must be >= 0."]
+    if s.min_workers < 1:
+        errors["min_workers"] = ["min_workers must be >= 1."]
+    if s.min_workers > s.max_workers:
+        errors["max_workers"] = ["max_workers must be >= min_workers."]
+    if s.allocation_unit < 1:
+        errors["allocation_unit"] = ["allocation_unit must be >= 1."]
+    elif s.max_workers % s.allocation_unit or s.min_workers % s.allocation_unit:
+        errors["allocation_unit"] = ["min_workers and max_workers must be multiples of allocation_unit."]
+    if s.num_attention_heads and s.hidden_size % s.num_attention_heads:
+        errors["hidden_size"] = ["hidden_size must be divisible by num_attention_heads."]
+    if s.micro_batch_size and s.global_batch_size % s.micro_batch_size:
+        errors["global_batch_size"] = ["global_batch_size must be a multiple of micro_batch_size."]
+    return errors
+
+
+def _spec(s: TaskSubmission) -> GPTSpec:
+    return GPTSpec(
+        num_layers=s.num_layers,
+        hidden_size=s.hidden_size,
+        num_attention_heads=s.num_attention_heads,
+        seq_length=s.seq_length,
+        vocab_size=s.vocab_size,
+        global_batch_size=s.global_batch_size,
+        micro_batch_size=s.micro_batch_size,
+    )
+
+
+def check_submit_task(s: TaskSubmission) -> None:
+    """Raise InvalidInput (field errors) for a malformed spec or one that can never fit the cluster."""
+    errors = _shape_errors(s)
+    if errors:
+        raise InvalidInput(errors)
+    try:
+        spec = _spec(s)
+    except ValueError as exc:
+        raise InvalidInput({"non_field_errors": [str(exc)]}) from exc
+    devices = list(Device.objects.values_list("kind", "memory_bytes", "node_id"))
+    shape = TaskShape(spec, s.min_workers, s.max_workers, s.allocation_unit)
+    errors = fit_errors(shape, summarize_kinds(devices))
+    if errors:
+        raise InvalidInput(errors)
+
+
+@transaction.atomic
+def do_submit_task(actor: Actor, submission: TaskSubmission) -> TrainingTask:
+    check_submit_task(submission)
+    owner = acting_user(actor)
+    task = TrainingTask.objects.create(owner=owner, **asdict(submission))
+    do_record_audit(actor, "submit_task", task, after=asdict(submission))
+    send_event_on_commit("task.submitted", task_event(task))
+    return task
+
+
+# --- operator actions -----------------------------------------------------------------------------
+
+
+def check_change_weight(task: TrainingTask, weight: float) -> None:
+    if weight < 0:
+        raise InvalidInput({"weight": ["Weight must be >= 0."]})
+    if TASK_MACHINE.is_terminal(task.state):
+        raise Conflict(f"Task {task.pk} is {task.state}; its weight can no longer change.")
+
+
+@transaction.atomic
+def do_change_weight(actor: Actor, task: TrainingTask, weight: float) -> TrainingTask:
+    """Reprioritise a task (w(t) in WAF); the planner picks the change up through the event."""
+    check_change_weight(task, weight)
+    before = task.weight
+    terminal = list(TASK_MACHINE.terminal)
+    if TrainingTask.objects.filter(pk=task.pk).exclude(state__in=terminal).update(weight=weight) != 1:
+        raise Conflict(f"Task {task.pk} finished while its weight was being changed.")
+    task.refresh_from_db()
+    do_record_audit(actor, "change_weight", task, {"weight": before}, {"weight": weight})
+    send_event_on_commit("task.weight_changed", {**task_event(task), "old_weight": before})
+    return task
+
+
+def check_cancel_task(task: TrainingTask) -> None:
+    if task.state not in CANCELLABLE_TASK_STATES:
+        raise Conflict(f"Task {task.pk} is {task.state} and cannot be cancelled.")
+
+
+@transaction.atomic
+def do_cancel_task(actor: Actor, task: TrainingTask) -> TrainingTask:
+    """Cancel: release its devices, bump the epoch (fencing) and tell its nodes to stop its workers."""
+    check_cancel_task(task)
+    before = task.state
+    now = timezone.now()
+    swap_state(
+        TrainingTask,
+        task.pk,
+        TASK_MACHINE,
+        before,
+        TaskState.CANCELLED,
+        finished_at=now,
+        epoch=F("epoch") + 1,
+    )
+    task.refresh_from_db()
+    for node in _release_allocations(task, now):
+        do_enqueue_command(node, CommandType.STOP_WORKERS, {"task": task.pk}, task.pk, task.epoch)
+    do_record_audit(actor, "cancel_task", task, {"state": before}, {"state": task.state})
+    send_event_on_commit("task.state", task_event(task))
+    return task
+
+
+@transaction.atomic
+def do_set_task_state(task: TrainingTask, new: TaskState, *, bump_epoch: bool = False) -> TrainingTask:
+    """Lifecycle transitions driven by the orchestrator (pending→running, running→reconfiguring …)."""
+    fields: dict[str, Any] = {}
+    if bump_epoch:
+        fields["epoch"] = F("epoch") + 1
+    if TASK_MACHINE.is_terminal(new):
+        fields["finished_at"] = timezone.now()
+    swap_state(TrainingTask, task.pk, TASK_MACHINE, task.state, new, **fields)
+    task.refresh_from_db()
+    if TASK_MACHINE.is_terminal(new):
+        _release_allocations(task, timezone.now())
+    send_event_on_commit("task.state", task_event(task))
+    return task
+
+
+def do_record_progress(task: TrainingTask, iteration: int) -> None:
+    """Advance the iteration counter (never backwards)."""
+    TrainingTask.objects.filter(pk=task.pk, iteration__lt=iteration).update(iteration=iteration)
+
+
+# --- allocations -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    device_id: int
+    rank: int
+    role: ParallelRole = ParallelRole.WORKER
+    tp_rank: int = 0
+    pp_rank: int = 0
+    dp_rank: int = 0
+
+
+def _release_allocations(task: TrainingTask, now: Any) -> list[Node]:
+    active = Allocation.objects.filter(task=task, active=True)
+    node_ids = set(active.values_list("device__node_id", flat=True))
+    active.update(active=False, released_at=now)
+    return list(Node.objects.filter(pk__in=node_ids))
+
+
+def check_allocate_devices(task: TrainingTask, placements: list[Placement]) -> None:
+    if TASK_MACHINE.is_terminal(task.state):
+        raise Conflict(f"Task {task.pk} is {task.state}; it cannot get devices.")
+    ranks = [p.rank for p in placements]
+    devices = [p.device_id for p in placements]
+    if len(set(ranks)) != len(ranks) or len(set(devices)) != len(devices):
+        raise InvalidInput({"placements": ["Ranks and devices must be unique within an allocation."]})
+
+
+def do_allocate_devices(task: TrainingTask, placements: list[Placement]) -> list[Allocation]:
+    """Replace the task's active allocation with ``placements`` at the task's current epoch.
+
+    That a device is in at most one active allocation is enforced by the database (a partial unique
+    index); losing that race raises AllocationConflict and leaves nothing written.
+    """
+    check_allocate_devices(task, placements)
+    try:
+        with transaction.atomic():
+            locked = TrainingTask.objects.select_for_update().get(pk=task.pk)
+            if TASK_MACHINE.is_terminal(locked.state):
+                raise Conflict(f"Task {task.pk} is {locked.state}; it cannot get devices.")
+            now = timezone.now()
+            Allocation.objects.filter(task=locked, active=True).update(active=False, released_at=now)
+            allocations = Allocation.objects.bulk_create(
+                Allocation(
+                    task=locked,
+                    device_id=p.device_id,
+                    rank=p.rank,
+                    role=p.role,
+                    tp_rank=p.tp_rank,
+                    pp_rank=p.pp_rank,
+                    dp_rank=p.dp_rank,
+                    epoch=locked.epoch,
+                )
+                for p in placements
+            )
+            send_event_on_commit(
+                "task.allocated",
+                {"id": locked.pk, "epoch": locked.epoch, "devices": [p.device_id for p in placements]},
+            )
+    except IntegrityError as exc:
+        if "allocation_one_active_per_device" in str(exc):
+            raise AllocationConflict(
+                f"Task {task.pk}: a requested device is already in another task's active allocation."
+            ) from exc
+        raise
+    return allocations
+
+
+@transaction.atomic
+def do_release_devices(task: TrainingTask) -> int:
+    return Allocation.objects.filter(task=task, active=True).update(active=False, released_at=timezone.now())
