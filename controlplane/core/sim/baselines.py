@@ -30,6 +30,7 @@ class _StaticPolicy(Policy):
         self._target: dict[int, int] = {}
         self._owner_of_failed: dict[int, int] = {}
         self._queue: list[int] = []  # tasks waiting for nodes, FIFO
+        self._failed_tasks: set[int] = set()
 
     def target(self, view: SimView, task: int) -> int:
         return self._target.get(task, self._initial.get(task, view.tasks[task].nodes))
@@ -53,7 +54,8 @@ class _StaticPolicy(Policy):
                 still.append(t)
                 continue
             free -= max(0, need)
-            changes.append(Change(t, self._target[t], restart))
+            # a task's first start is free under every policy; a restart after a failure is not
+            changes.append(Change(t, self._target[t], restart if t in self._failed_tasks else ()))
         self._queue = still
         return Decision(tuple(changes))
 
@@ -100,7 +102,9 @@ class CheckpointRestart(_StaticPolicy):
         if need <= view.free_nodes():
             return Decision((Change(task, self.target(view, task), restart, rollback=True),))
         # Not enough healthy spare nodes: resubmitted, it holds what it has and waits in the queue.
-        self._queue.append(task)
+        self._failed_tasks.add(task)
+        if task not in self._queue:
+            self._queue.append(task)
         return Decision((Change(task, have, ((Cause.REQUEUE, self.p.requeue_s),), rollback=True),))
 
     def on_capacity(self, view: SimView, reason: str, node: int | None) -> Decision:
