@@ -150,9 +150,11 @@ RULES: tuple[Rule, ...] = (
          detectors=frozenset({_S.HEARTBEAT})),
     # NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors): 48 DBE ECC, 62 micro-controller halt,
     # 63/64 row-remap event/failure, 74 NVLink error, 79 fallen off the bus, 92 high single-bit ECC
-    # rate, 94/95 contained/uncontained ECC, 119/120 GSP errors, 140 unrecovered ECC.
+    # rate, 94/95 contained/uncontained ECC, 119/120 GSP errors, 140 unrecovered ECC. Kernel log form:
+    # "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus." Other Xids (13, 31, 43:
+    # application faults) fall through to the process-level rows.
     Rule("gpu-xid-hardware", Severity.SEV1, Category.HARDWARE, "GPU Xid that indicates failing hardware",
-         pattern=r"\bXid\b\D{0,24}\b(48|62|63|64|74|79|92|94|95|119|120|140)\b"),
+         pattern=r"\bXid\b(?:\s*\([^)]*\))?\s*:?\s*(48|62|63|64|74|79|92|94|95|119|120|140)\b"),
     Rule("gpu-ecc", Severity.SEV1, Category.HARDWARE, "uncorrectable memory (ECC) error on the device",
          pattern=r"uncorrectable ECC|ECC error|double[- ]bit|cudaErrorECCUncorrectable"),
     Rule("gpu-nvlink", Severity.SEV1, Category.HARDWARE, "NVLink error",

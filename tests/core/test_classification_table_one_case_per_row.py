@@ -1,0 +1,149 @@
+import signal
+
+import pytest
+
+from controlplane.core.failures import (
+    RULES,
+    Action,
+    DetectorKind,
+    Evidence,
+    Severity,
+    classify,
+    classify_evidence,
+)
+
+EX = DetectorKind.EXCEPTION
+CASES: dict[str, tuple[Evidence, Severity, Action]] = {
+    "node-heartbeat-lost": (
+        Evidence(DetectorKind.HEARTBEAT, node="n1"),
+        Severity.SEV1,
+        Action.ISOLATE_AND_RECONFIGURE,
+    ),
+    "gpu-xid-hardware": (
+        Evidence(EX, message="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."),
+        Severity.SEV1,
+        Action.ISOLATE_AND_RECONFIGURE,
+    ),
+    "gpu-ecc": (
+        Evidence(
+            EX, exception_type="RuntimeError", message="CUDA error: uncorrectable ECC error encountered"
+        ),
+        Severity.SEV1,
+        Action.ISOLATE_AND_RECONFIGURE,
+    ),
+    "gpu-nvlink": (
+        Evidence(EX, message="NVLink: fatal error detected on link 3"),
+        Severity.SEV1,
+        Action.ISOLATE_AND_RECONFIGURE,
+    ),
+    "gpu-lost": (
+        Evidence(EX, exception_type="RuntimeError", message="CUDA error: no CUDA-capable device is detected"),
+        Severity.SEV1,
+        Action.ISOLATE_AND_RECONFIGURE,
+    ),
+    "straggler": (Evidence(DetectorKind.STRAGGLER, node="n2"), Severity.SEV1, Action.ISOLATE_AND_RECONFIGURE),
+    "collective-timeout": (
+        Evidence(
+            EX,
+            exception_type="RuntimeError",
+            message="[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, "
+            "OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+        ),
+        Severity.SEV3,
+        Action.RETRY_IN_PLACE,
+    ),
+    "connection-error": (
+        Evidence(EX, exception_type="ConnectionResetError", message="[Errno 104]"),
+        Severity.SEV3,
+        Action.RETRY_IN_PLACE,
+    ),
+    "connection-message": (
+        Evidence(EX, exception_type="RuntimeError", message="recv failed: Connection reset by peer"),
+        Severity.SEV3,
+        Action.RETRY_IN_PLACE,
+    ),
+    "gloo-transport": (
+        Evidence(
+            EX,
+            exception_type="RuntimeError",
+            message="[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] EOF",
+        ),
+        Severity.SEV3,
+        Action.RETRY_IN_PLACE,
+    ),
+    "hang": (Evidence(DetectorKind.HANG, node="n1"), Severity.SEV3, Action.RETRY_IN_PLACE),
+    "cuda-oom": (
+        Evidence(
+            EX,
+            exception_type="torch.OutOfMemoryError",
+            message="CUDA out of memory. Tried to allocate 2.00 GiB",
+        ),
+        Severity.SEV2,
+        Action.RESTART_PROCESS,
+    ),
+    "cuda-error": (
+        Evidence(
+            EX, exception_type="RuntimeError", message="CUDA error: an illegal memory access was encountered"
+        ),
+        Severity.SEV2,
+        Action.RESTART_PROCESS,
+    ),
+    "nccl-error": (
+        Evidence(
+            EX,
+            exception_type="torch.distributed.DistBackendError",
+            message="NCCL error in: ProcessGroupNCCL.cpp:1970, "
+            "internal error - please report this issue to the NCCL developers",
+        ),
+        Severity.SEV2,
+        Action.RESTART_PROCESS,
+    ),
+    "killed": (Evidence(DetectorKind.PROCESS_EXIT, exit_code=-9), Severity.SEV2, Action.RESTART_PROCESS),
+    "crash-signal": (
+        Evidence(DetectorKind.PROCESS_EXIT, exit_code=128 + signal.SIGSEGV),
+        Severity.SEV2,
+        Action.RESTART_PROCESS,
+    ),
+    "user-exception": (
+        Evidence(EX, exception_type="KeyError", message="'input_ids'"),
+        Severity.SEV2,
+        Action.RESTART_PROCESS,
+    ),
+    "worker-exited": (
+        Evidence(DetectorKind.PROCESS_EXIT, exit_code=1),
+        Severity.SEV2,
+        Action.RESTART_PROCESS,
+    ),
+    "worker-exited-early": (
+        Evidence(DetectorKind.PROCESS_EXIT, exit_code=0),
+        Severity.SEV2,
+        Action.RESTART_PROCESS,
+    ),
+}
+
+
+def test_every_row_of_the_table_has_exactly_one_case() -> None:
+    assert set(CASES) == {r.name for r in RULES}
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_each_row_classifies_its_evidence(rule_name: str) -> None:
+    ev, severity, action = CASES[rule_name]
+    c = classify_evidence(ev)
+    assert (c.rule, c.severity, c.action) == (rule_name, severity, action)
+    assert c.reason
+    assert classify(ev) == c  # no history: no escalation
+
+
+def test_unknown_evidence_lands_on_the_safe_default_with_a_reason() -> None:
+    c = classify_evidence(Evidence("exception", exception_type="SomethingNew", message="never seen before"))
+    assert c.rule == "default"
+    assert c.severity is Severity.SEV2
+    assert c.action is Action.RESTART_PROCESS
+    assert "no rule matched" in c.reason
+    assert classify_evidence(Evidence("a-detector-we-do-not-know")).rule == "default"
+
+
+def test_application_xids_are_not_mistaken_for_hardware() -> None:
+    c = classify_evidence(Evidence("exception", message="NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception"))
+    assert c.severity is not Severity.SEV1
