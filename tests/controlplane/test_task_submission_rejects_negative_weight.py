@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from rest_framework.test import APIClient
+
+from controlplane.apps.fleet.models import Node
+from tests.controlplane.task_specs import assert_nothing_stored, valid_spec
+
+
+def test_task_submission_rejects_negative_weight(cluster: list[Node], operator_client: APIClient) -> None:
+    response = operator_client.post("/api/v1/tasks/", valid_spec(weight=-0.5), format="json")
+
+    assert response.status_code == 400
+    assert "weight" in response.json()
+    assert_nothing_stored()
