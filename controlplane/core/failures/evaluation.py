@@ -28,6 +28,7 @@ from controlplane.core.failures.detectors import (
 
 SERIES_KINDS = (
     "steady-noisy",
+    "very-noisy",
     "drifting",
     "checkpoint-marked",
     "checkpoint-unmarked",
@@ -46,7 +47,8 @@ class Series:
 def synthetic_series(kind: str, n: int = 2000, base_s: float = 2.0, seed: int = 0) -> Series:
     """One series of ``n`` iterations around ``base_s`` seconds.
 
-    Noise is log-normal with sigma 0.05 (typical run-to-run jitter of a synchronous step); the first
+    Noise is log-normal with sigma 0.05 (typical run-to-run jitter of a synchronous step; 0.3 for
+    "very-noisy", e.g. shared CPU slots); the first
     iteration is 5x (graph build, allocator warm-up) and marked "first". Checkpoints every 100
     iterations take 8x; evaluations every 250 take 12x; drift doubles the step time over the series;
     heavy-tail adds 2 % of iterations at 1.5-2.5x (data-loader stalls, GC pauses).
@@ -57,7 +59,7 @@ def synthetic_series(kind: str, n: int = 2000, base_s: float = 2.0, seed: int = 
     ds: list[float] = []
     ps: list[str] = []
     for i in range(n):
-        d = base_s * math.exp(rng.gauss(0.0, 0.05))
+        d = base_s * math.exp(rng.gauss(0.0, 0.3 if kind == "very-noisy" else 0.05))
         phase = "train"
         if kind == "drifting":
             d *= 1.0 + i / n
