@@ -1,0 +1,191 @@
+// Cluster overview: headline figures, live WAF chart with failure/transition markers, device grid.
+import { $, $$, api, apiList, badge, clear, debounce, el, empty, errorBox, fmtAgo, fmtFlops, fmtPct, fmtSecs, parseTime, secondsBetween } from "./core.js";
+import { EP } from "./endpoints.js";
+import { onLive } from "./live.js";
+import { legendNote, timeChart } from "./charts.js";
+import { loadCluster, renderGrid } from "./grid.js";
+
+let rangeS = 3600;
+let chart = null;
+let failures = [];
+let transitions = [];
+let cluster = null;
+
+const DAY = 86400;
+
+// ---- WAF chart ----------------------------------------------------------------------------------
+async function loadSeries(kind, since, until) {
+  // the same since/until for both series so their buckets share timestamps
+  const data = await api(EP.clusterSeries, { params: { kind, since: since.toISOString(), until: until.toISOString(), max_points: 240 } });
+  const points = Array.isArray(data) ? data : data.points || [];
+  return points.map((p) => [parseTime(p.at).getTime() / 1000, p.value]);
+}
+
+function mergeSeries(a, b) {
+  // union of timestamps; each series keeps its own values (null where it has no point)
+  const m = new Map();
+  for (const [t, v] of a) m.set(t, [v, null]);
+  for (const [t, v] of b) { const e = m.get(t) || [null, null]; e[1] = v; m.set(t, e); }
+  const xs = [...m.keys()].sort((x, y) => x - y);
+  return [xs, [xs.map((t) => m.get(t)[0]), xs.map((t) => m.get(t)[1])]];
+}
+
+async function refreshChart() {
+  const box = $("#waf-chart");
+  const until = new Date();
+  const since = new Date(until.getTime() - rangeS * 1000);
+  try {
+    const [achieved, optimum] = await Promise.all([loadSeries("cluster_waf", since, until), loadSeries("optimal_waf", since, until)]);
+    if (!chart) {
+      chart = timeChart(box, {
+        series: [
+          { label: "achieved WAF", stroke: "#2f5fd0", fill: "rgba(47,95,208,.10)" },
+          { label: "healthy-cluster optimum", stroke: "#1f9d55", dash: [6, 4] },
+        ],
+        yLabel: "FLOP/s", yFormat: (v) => fmtFlops(v).replace("FLOP/s", "").trim(),
+      });
+      clear($("#waf-note"), legendNote());
+    }
+    const [xs, ys] = mergeSeries(achieved, optimum);
+    chart.setData(xs, ys);
+    updateMarkers();
+    if (!xs.length) $("#waf-note").append(el("div", { class: "empty", id: "waf-empty" }, "No WAF samples in this range yet."));
+    else $("#waf-empty")?.remove();
+    updateWafFigures();
+  } catch (e) {
+    chart = null;
+    clear(box, errorBox(e));
+  }
+}
+
+function updateMarkers() {
+  if (!chart) return;
+  const since = Date.now() / 1000 - rangeS;
+  const m = [
+    ...failures.map((f) => ({ t: parseTime(f.detected_at)?.getTime() / 1000, kind: "failure", label: f.kind })),
+    ...transitions.map((t) => ({ t: parseTime(t.started_at || t.created_at)?.getTime() / 1000, kind: "transition" })),
+  ].filter((x) => x.t && x.t >= since);
+  chart.setMarkers(m);
+}
+
+function lastValue(arr) { for (let i = arr.length - 1; i >= 0; i--) if (arr[i] !== null && arr[i] !== undefined) return arr[i]; return null; }
+
+function updateWafFigures() {
+  if (!chart) return;
+  const [xs, ach, opt] = chart.data;
+  const now = lastValue(ach), best = lastValue(opt);
+  $("#fig-waf").textContent = fmtFlops(now);
+  $("#fig-waf-share").textContent = now !== null && best ? `${fmtPct(now / best)} of optimum (${fmtFlops(best)})` : "optimum unknown";
+  // goodput over the last hour: trapezoid integrals of achieved and optimum over the same timestamps
+  const since = Date.now() / 1000 - 3600;
+  let a = 0, o = 0;
+  for (let i = 1; i < xs.length; i++) {
+    if (xs[i - 1] < since) continue;
+    const dt = xs[i] - xs[i - 1];
+    if (ach[i] !== null && ach[i - 1] !== null && opt[i] !== null && opt[i - 1] !== null) {
+      a += dt * (ach[i] + ach[i - 1]) / 2;
+      o += dt * (opt[i] + opt[i - 1]) / 2;
+    }
+  }
+  $("#fig-goodput").textContent = o > 0 ? fmtPct(a / o) : "—";
+}
+
+function onSamples(p) {
+  if (!chart) return;
+  const byTime = new Map();
+  for (const s of p.samples || []) {
+    if (s.task !== null && s.task !== undefined) continue;
+    const k = s.kind === "cluster_waf" ? 0 : s.kind === "optimal_waf" ? 1 : -1;
+    if (k < 0) continue;
+    const t = parseTime(s.at).getTime() / 1000;
+    const e = byTime.get(t) || [undefined, undefined];
+    e[k] = s.value;
+    byTime.set(t, e);
+  }
+  for (const [t, vals] of byTime) chart.append(t, vals);
+  if (byTime.size) { $("#waf-empty")?.remove(); updateWafFigures(); }
+}
+
+// ---- failures, transitions, figures --------------------------------------------------------------
+async function refreshEvents() {
+  const since = new Date(Date.now() - DAY * 1000).toISOString();
+  try {
+    [failures, transitions] = await Promise.all([
+      apiList(EP.failureEvents, { since }, 2000),
+      apiList(EP.transitions, { ordering: "-created_at" }, 500),
+    ]);
+  } catch (e) {
+    clear($("#recent-failures"), errorBox(e));
+    return;
+  }
+  const daySince = Date.now() - DAY * 1000, hourSince = Date.now() - 3600 * 1000;
+  const inDay = failures.filter((f) => parseTime(f.detected_at)?.getTime() >= daySince);
+  const inHour = inDay.filter((f) => parseTime(f.detected_at).getTime() >= hourSince);
+  $("#fig-failures").textContent = `${inHour.length} / ${inDay.length}`;
+  const bySev = {};
+  for (const f of inDay) bySev[f.severity] = (bySev[f.severity] || 0) + 1;
+  $("#fig-failures-sub").textContent = Object.keys(bySev).sort().map((k) => `${k}: ${bySev[k]}`).join(" · ") || "none in 24 h";
+  const lat = inDay.map((f) => secondsBetween(f.occurred_at, f.detected_at)).filter((x) => x !== null && x >= 0);
+  $("#fig-detect").textContent = lat.length ? fmtSecs(lat.reduce((s, x) => s + x, 0) / lat.length) : "—";
+  const tt = transitions.map((t) => secondsBetween(t.started_at, t.finished_at)).filter((x) => x !== null && x >= 0);
+  $("#fig-transition").textContent = tt.length ? fmtSecs(tt.reduce((s, x) => s + x, 0) / tt.length) : "—";
+  renderRecentFailures(inDay.slice(0, 8));
+  updateMarkers();
+}
+
+function whereOf(f) {
+  const d = f.device && cluster ? cluster.devices.find((x) => x.id === f.device) : null;
+  return [f.node_name || "—", d ? ` / device ${d.index}` : ""].join("");
+}
+
+function renderRecentFailures(list) {
+  const box = $("#recent-failures");
+  if (!list.length) { clear(box, empty("No failures in the last 24 hours.")); return; }
+  clear(box, el("table", { class: "table", "data-testid": "recent-failures" },
+    el("thead", {}, el("tr", {}, el("th", {}, "When"), el("th", {}, "Severity"), el("th", {}, "What"), el("th", {}, "Where"), el("th", {}, "Action"))),
+    el("tbody", {}, list.map((f) => el("tr", {},
+      el("td", { title: f.detected_at }, fmtAgo(f.detected_at)),
+      el("td", {}, badge(f.severity, "sev")),
+      el("td", {}, el("a", { href: `/alerts/?event=${f.id}` }, f.kind)),
+      el("td", {}, whereOf(f)),
+      el("td", {}, (f.action || "").replace(/_/g, " ")))))));
+}
+
+// ---- grid -----------------------------------------------------------------------------------------
+async function refreshGrid() {
+  try {
+    cluster = await loadCluster();
+    renderGrid($("#node-grid"), $("#grid-legend"), cluster);
+    const running = cluster.tasks.filter((t) => t.state === "running" || t.state === "reconfiguring");
+    $("#fig-tasks").textContent = String(running.length);
+    const busy = cluster.allocByDevice.size, total = cluster.devices.length;
+    $("#fig-devices").textContent = `${busy} / ${total} devices allocated`;
+  } catch (e) {
+    clear($("#node-grid"), errorBox(e));
+  }
+}
+
+// ---- wiring ----------------------------------------------------------------------------------------
+for (const b of $$("#waf-range button")) {
+  b.addEventListener("click", () => {
+    for (const o of $$("#waf-range button")) o.setAttribute("aria-pressed", String(o === b));
+    rangeS = Number(b.dataset.range);
+    refreshChart();
+  });
+}
+for (const b of $$("#grid-mode button")) {
+  b.addEventListener("click", () => {
+    for (const o of $$("#grid-mode button")) o.setAttribute("aria-pressed", String(o === b));
+    $("#node-grid").dataset.mode = b.dataset.mode;
+  });
+}
+
+const gridSoon = debounce(refreshGrid, 150);
+const eventsSoon = debounce(refreshEvents, 150);
+onLive(["node.", "device.", "task.", "live.reconnected"], gridSoon);
+onLive(["failure_event.", "transition.", "plan.", "live.reconnected"], eventsSoon);
+onLive("metrics.samples", onSamples);
+onLive("live.reconnected", refreshChart);
+
+refreshGrid();
+refreshEvents().then(refreshChart);

@@ -1,0 +1,130 @@
+// Task detail: figures, iteration-time and throughput charts (live), spec, allocation and its history.
+import { $, api, apiList, badge, canOperate, clear, debounce, el, empty, errorBox, fmtAgo, fmtNum, fmtSecs, fmtTime, parseTime } from "./core.js";
+import { EP } from "./endpoints.js";
+import { onLive } from "./live.js";
+import { legendNote, timeChart } from "./charts.js";
+import { cancelTask, changeWeight } from "./task_actions.js";
+
+const taskId = Number($("#task-root").dataset.taskId);
+let task = null;
+let charts = {};
+let transitions = [];
+
+async function loadSeries(kind) {
+  const s = await api(EP.taskSeries(taskId), { params: { kind, since: new Date(Date.now() - 3 * 3600 * 1000).toISOString(), max_points: 400 } });
+  return (s.points || []).map((p) => [parseTime(p.at).getTime() / 1000, p.value]);
+}
+
+function figure(label, value, sub) {
+  return el("div", { class: "figure" }, el("div", { class: "label" }, label), el("div", { class: "value" }, value), sub ? el("div", { class: "sub" }, sub) : null);
+}
+
+function renderTask() {
+  $("#task-title").textContent = `${task.name}`;
+  clear($("#task-state"), badge(task.state));
+  document.title = `${task.name} · Unicron`;
+  const workers = (task.allocations || []).length;
+  const lastIter = charts.iter ? charts.iter.data[1].filter((v) => v !== null).at(-1) : null;
+  const lastTput = charts.tput ? charts.tput.data[1].filter((v) => v !== null).at(-1) : null;
+  clear($("#task-figures"),
+    figure("Workers", `${workers}`, `range ${task.min_workers}–${task.max_workers}, unit ${task.allocation_unit}`),
+    figure("Weight w(t)", fmtNum(task.weight, 2), "priority in the cluster WAF"),
+    figure("Iteration", Number(task.iteration).toLocaleString(), `epoch ${task.epoch}`),
+    figure("Iteration time", fmtSecs(lastIter), "latest"),
+    figure("Throughput", lastTput === null || lastTput === undefined ? "—" : `${fmtNum(lastTput)} tok/s`, "latest"),
+    figure("Submitted", fmtAgo(task.created_at), task.owner ? `by ${task.owner}` : ""));
+  const spec = [
+    ["Layers", task.num_layers], ["Hidden size", task.hidden_size], ["Attention heads", task.num_attention_heads],
+    ["Sequence length", task.seq_length], ["Vocabulary", task.vocab_size], ["Global batch", task.global_batch_size],
+    ["Micro-batch", task.micro_batch_size], ["Activation recomputation", task.activation_recomputation ? "yes" : "no"],
+    ["Workers (min–max, unit)", `${task.min_workers}–${task.max_workers}, unit ${task.allocation_unit}`],
+    ["Finished", task.finished_at ? fmtTime(task.finished_at) : "—"],
+  ];
+  clear($("#task-spec"), el("dl", { class: "kv" }, spec.map(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))])));
+  const allocs = task.allocations || [];
+  clear($("#task-alloc"), allocs.length
+    ? el("table", { class: "table" },
+      el("thead", {}, el("tr", {}, ["Rank", "Node", "Device", "Role", "TP", "PP", "DP", "Epoch"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, allocs.map((a) => el("tr", {}, [a.rank, a.node, a.device_index, a.role.replace(/_/g, " "), a.tp_rank, a.pp_rank, a.dp_rank, a.epoch].map((v) => el("td", {}, String(v)))))))
+    : empty(task.state === "pending" ? "Waiting for the planner to assign devices." : "No devices allocated."));
+  const actions = $("#task-actions");
+  if (actions && canOperate()) {
+    const terminal = ["completed", "failed", "cancelled"].includes(task.state);
+    clear(actions, terminal ? null : [
+      el("button", { class: "btn", type: "button", onclick: () => changeWeight(task, refreshTask) }, "Change weight…"),
+      el("button", { class: "btn btn-danger", type: "button", onclick: () => cancelTask(task, refreshTask) }, "Cancel task")]);
+  }
+}
+
+function renderHistory() {
+  const box = $("#task-history");
+  if (!transitions.length) { clear(box, empty("No reconfigurations yet: the task has kept its first allocation.")); return; }
+  clear(box, el("table", { class: "table" },
+    el("thead", {}, el("tr", {}, ["When", "Epoch", "Workers", "State", "Time", "Lost work", "State from", "Plan"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, transitions.map((t) => {
+      const dur = t.started_at && t.finished_at ? (parseTime(t.finished_at) - parseTime(t.started_at)) / 1000 : null;
+      const d = t.new_workers - t.old_workers;
+      const sources = Object.values(t.migration_sources || {});
+      const counts = {};
+      for (const s of sources) counts[s] = (counts[s] || 0) + 1;
+      return el("tr", {},
+        el("td", { title: t.created_at }, fmtTime(t.created_at)),
+        el("td", {}, String(t.epoch)),
+        el("td", {}, `${t.old_workers} → ${t.new_workers} `, d ? el("span", { class: d > 0 ? "delta-up" : "delta-down" }, `(${d > 0 ? "+" : ""}${d})`) : null),
+        el("td", {}, badge(t.state)),
+        el("td", {}, fmtSecs(dur)),
+        el("td", {}, t.lost_microbatches ? `${t.lost_microbatches} micro-batches (${fmtSecs(t.lost_work_s)})` : fmtSecs(t.lost_work_s)),
+        el("td", {}, Object.entries(counts).map(([k, n]) => `${k.replace(/_/g, " ")} ×${n}`).join(", ") || "—"),
+        el("td", {}, el("a", { href: `/history/#plan-${t.plan}` }, `plan #${t.plan}`)));
+    }))));
+}
+
+async function refreshTask() {
+  try {
+    task = await api(EP.task(taskId));
+    renderTask();
+  } catch (e) {
+    clear($("#task-figures"), errorBox(e.status === 404 ? new Error(`Task #${taskId} does not exist.`) : e));
+  }
+}
+
+async function refreshCharts() {
+  try {
+    const [iter, tput] = await Promise.all([loadSeries("iteration_time"), loadSeries("tokens_per_s")]);
+    if (!charts.iter) {
+      charts.iter = timeChart($("#chart-iter"), { series: [{ label: "iteration time", stroke: "#f28e2b" }], yLabel: "seconds", yFormat: (v) => fmtSecs(v) });
+      charts.tput = timeChart($("#chart-tput"), { series: [{ label: "tokens/s", stroke: "#2f5fd0", fill: "rgba(47,95,208,.10)" }], yLabel: "tokens/s", yFormat: (v) => fmtNum(v) });
+      $("#chart-tput").append(legendNote());
+    }
+    charts.iter.setData(iter.map((p) => p[0]), [iter.map((p) => p[1])]);
+    charts.tput.setData(tput.map((p) => p[0]), [tput.map((p) => p[1])]);
+    const marks = transitions.map((t) => ({ t: parseTime(t.started_at || t.created_at).getTime() / 1000, kind: "transition" }));
+    charts.iter.setMarkers(marks);
+    charts.tput.setMarkers(marks);
+    if (task) renderTask();
+  } catch (e) {
+    clear($("#chart-iter"), errorBox(e));
+  }
+}
+
+async function refreshTransitions() {
+  try {
+    transitions = await apiList(EP.transitions, { task: taskId, ordering: "-created_at" }, 500);
+    renderHistory();
+  } catch (e) { clear($("#task-history"), errorBox(e)); }
+}
+
+onLive("metrics.samples", (p) => {
+  for (const s of p.samples || []) {
+    if (s.task !== taskId) continue;
+    const t = parseTime(s.at).getTime() / 1000;
+    if (s.kind === "iteration_time" && charts.iter) charts.iter.append(t, [s.value]);
+    if (s.kind === "tokens_per_s" && charts.tput) charts.tput.append(t, [s.value]);
+  }
+});
+const soon = debounce(refreshTask, 150);
+onLive(["task.", "live.reconnected"], (p) => { if (!p.id || p.id === taskId) soon(); });
+onLive(["transition.", "live.reconnected"], debounce(() => refreshTransitions().then(refreshCharts), 200));
+
+refreshTask();
+refreshTransitions().then(refreshCharts);
