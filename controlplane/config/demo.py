@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
     }
     children: list[subprocess.Popen[bytes]] = []
+    names: dict[int, str] = {}
     for name, command in commands.items():
         log_file = (logs / f"{name}.log").open("ab")
         children.append(
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         while not stopping and not args.exit_after_ready:
             for child in children:
                 if child.poll() is not None:
-                    print(f"{child.args[2:4]} exited with code {child.returncode}; see {logs}/", flush=True)
+                    print(f"{names[child.pid]} exited with code {child.returncode}; see {logs}/", flush=True)
                     stopping = True
             time.sleep(0.5)
     finally:

@@ -32,7 +32,9 @@ def ensure_database_url() -> str:
         import pgserver
     except ImportError as exc:  # pragma: no cover - install problem
         raise ConfigError("DATABASE_URL is unset and the embedded 'pgserver' is not installed") from exc
-    server = pgserver.get_server(str(state_dir() / "pgdata"), cleanup_mode="stop")
+    server = pgserver.get_server(  # type: ignore[attr-defined]
+        str(state_dir() / "pgdata"), cleanup_mode="stop"
+    )
     _KEEP.append(server)
     url = str(server.get_uri())
     os.environ["DATABASE_URL"] = url
