@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "channels",
     "controlplane.apps.accounts",
@@ -61,6 +62,7 @@ INSTALLED_APPS = [
     "controlplane.apps.incidents",
     "controlplane.apps.planning",
     "controlplane.apps.metrics",
+    "controlplane.apps.dashboard",
 ]
 
 MIDDLEWARE = [
@@ -105,7 +107,8 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "frontend" / "static"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -128,6 +131,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Self-healing LLM training: tasks, nodes, failures, plans, transitions, alerts, metrics.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
 }
 
