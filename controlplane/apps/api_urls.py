@@ -10,10 +10,11 @@ from controlplane.apps.fleet.api import urls as fleet_urls
 from controlplane.apps.incidents.api import urls as incidents_urls
 from controlplane.apps.metrics.api import urls as metrics_urls
 from controlplane.apps.planning.api import urls as planning_urls
+from controlplane.apps.simulations.api import urls as simulations_urls
 from controlplane.apps.training.api import urls as training_urls
 
 router = DefaultRouter()
-for app in (accounts_urls, fleet_urls, training_urls, incidents_urls, planning_urls):
+for app in (accounts_urls, fleet_urls, training_urls, incidents_urls, planning_urls, simulations_urls):
     app.register(router)
 
 urlpatterns: list[URLPattern | URLResolver] = [

@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "controlplane.apps.incidents",
     "controlplane.apps.planning",
     "controlplane.apps.metrics",
+    "controlplane.apps.simulations",
     "controlplane.apps.dashboard",
 ]
 
