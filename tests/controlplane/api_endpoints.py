@@ -11,14 +11,15 @@ API_PREFIX = "/api/v1/"
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
-def schema_operations() -> set[tuple[str, str]]:
-    """Every (METHOD, path template) the OpenAPI schema documents under /api/v1/."""
+def schema_operations() -> dict[tuple[str, str], int]:
+    """Every (METHOD, path template) the OpenAPI schema documents under /api/v1/, with the success
+    status it documents (the lowest 2xx response)."""
     schema = SchemaGenerator().get_schema(request=None, public=True)
     return {
-        (method.upper(), path)
+        (method.upper(), path): min(int(code) for code in operation["responses"] if code.startswith("2"))
         for path, item in schema["paths"].items()
         if path.startswith(API_PREFIX)
-        for method in item
+        for method, operation in item.items()
         if method in METHODS
     }
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.apps import apps
 from rest_framework.test import APIClient
 
 from controlplane.apps.fleet.models import Node
@@ -54,7 +55,12 @@ REQUIRED_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/transitions/{id}/"): VIEWER,
     ("GET", "/api/v1/metrics/cluster/"): VIEWER,
     ("GET", "/api/v1/metrics/tasks/{task_id}/"): VIEWER,
+    # the simulations app (what-if runs) is optional: checked when its routes are mounted
+    ("GET", "/api/v1/simulations/"): VIEWER,
+    ("POST", "/api/v1/simulations/"): OPERATOR,
+    ("GET", "/api/v1/simulations/{id}/"): VIEWER,
 }
+OPTIONAL_PREFIXES = ("/api/v1/simulations/",)
 RANK = {"anonymous": 0, "agent": 0, "agent-token-keyword": 0, VIEWER: 1, OPERATOR: 2, ADMIN: 3}
 
 TASK_SPEC: dict[str, Any] = {
@@ -70,6 +76,13 @@ TASK_SPEC: dict[str, Any] = {
 }
 
 
+def _simulation_run_id() -> int | None:
+    if not apps.is_installed("controlplane.apps.simulations"):
+        return None
+    run = apps.get_model("simulations", "SimulationRun").objects.create(trace="trace-a", days=1.0)
+    return int(run.pk)
+
+
 def _objects() -> dict[str, Any]:
     """Fresh objects for one call (so an earlier call, e.g. cancel, cannot change the outcome)."""
     node = NodeFactory(state="healthy", quarantined=True)
@@ -83,6 +96,7 @@ def _objects() -> dict[str, Any]:
         "event": event,
         "plan": PlanFactory(),
         "transition": step.transition,
+        "simulation": _simulation_run_id(),
     }
 
 
@@ -100,6 +114,7 @@ def _url_and_body(method: str, path: str, audit_id: int) -> tuple[str, dict[str,
         "audit": audit_id,
         "metrics": objs["task"].pk,
         "me": 0,
+        "simulations": objs["simulation"],
     }
     url = path.replace("{id}", str(ids[resource])).replace("{task_id}", str(objs["task"].pk))
     body: dict[str, Any] = {}
@@ -112,13 +127,16 @@ def _url_and_body(method: str, path: str, audit_id: int) -> tuple[str, dict[str,
             },
             "/api/v1/tasks/{id}/change-weight/": {"weight": 3.0},
             "/api/v1/alerts/{id}/resolve/": {"comment": "replaced the GPU"},
+            "/api/v1/simulations/": {"trace": "trace-a", "days": 0.01},
         }.get(path, {})
     return url, body
 
 
 def test_every_endpoint_has_an_expected_role() -> None:
-    operations = schema_operations()
-    assert operations == set(REQUIRED_ROLE), "update REQUIRED_ROLE for new or removed endpoints"
+    operations = set(schema_operations())
+    assert operations - set(REQUIRED_ROLE) == set(), "add the new endpoints to REQUIRED_ROLE"
+    stale = {op for op in set(REQUIRED_ROLE) - operations if not op[1].startswith(OPTIONAL_PREFIXES)}
+    assert stale == set(), "remove endpoints that no longer exist from REQUIRED_ROLE"
     assert urlconf_paths() == {path for _, path in operations}, "a route is missing from the schema"
 
 
@@ -133,7 +151,8 @@ def test_authorization_matrix(
         client = client_for(principal)
     audit_id = _seed_audit_entry()
     wrong = []
-    for (method, path), role in sorted(REQUIRED_ROLE.items()):
+    for (method, path), success in sorted(schema_operations().items()):
+        role = REQUIRED_ROLE[(method, path)]
         url, body = _url_and_body(method, path, audit_id)
         response = client.generic(method, url, data=_json(body), content_type="application/json")
         if RANK[principal] == 0:
@@ -141,7 +160,7 @@ def test_authorization_matrix(
         elif RANK[principal] < RANK[role]:
             expected = {403}
         else:
-            expected = {201} if (method == "POST" and path.count("/") == 4) else {200}
+            expected = {success}
         if response.status_code not in expected:
             wrong.append(f"{principal} {method} {url}: {response.status_code} (expected {expected})")
     assert wrong == []

@@ -15,7 +15,8 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["name", "address", "state", "quarantined", "last_heartbeat_at", "agent_version"]
     list_filter = ["state", "quarantined"]
     search_fields = ["name", "address"]
-    readonly_fields = ["token_hash", "created_at", "updated_at"]
+    # state changes go through fleet.services (one write path), so they are read-only here
+    readonly_fields = ["state", "quarantined", "token_hash", "created_at", "updated_at"]
     inlines = [DeviceInline]
 
 
@@ -23,10 +24,11 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 class DeviceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["node", "index", "kind", "memory_bytes", "state", "error_count"]
     list_filter = ["state", "kind"]
+    readonly_fields = ["state"]
 
 
 @admin.register(AgentCommand)
 class AgentCommandAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["command_id", "node", "type", "state", "task", "task_epoch", "created_at", "acked_at"]
     list_filter = ["state", "type"]
-    readonly_fields = ["command_id", "created_at", "sent_at", "acked_at"]
+    readonly_fields = ["command_id", "state", "created_at", "sent_at", "acked_at"]

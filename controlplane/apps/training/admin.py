@@ -8,7 +8,7 @@ from controlplane.apps.training.models import Allocation, TrainingTask
 class AllocationInline(admin.TabularInline):  # type: ignore[type-arg]
     model = Allocation
     extra = 0
-    readonly_fields = ["created_at", "released_at"]
+    readonly_fields = ["active", "created_at", "released_at"]
 
 
 @admin.register(TrainingTask)
@@ -16,7 +16,7 @@ class TrainingTaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["name", "owner", "state", "weight", "min_workers", "max_workers", "epoch", "iteration"]
     list_filter = ["state"]
     search_fields = ["name"]
-    readonly_fields = ["created_at", "updated_at", "finished_at"]
+    readonly_fields = ["state", "epoch", "created_at", "updated_at", "finished_at"]
     inlines = [AllocationInline]
 
 

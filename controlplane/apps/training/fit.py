@@ -43,12 +43,19 @@ def _device_kind(kind: ClusterKind) -> DeviceKind:
     return DeviceKind(kind.name, 1.0, float(kind.memory_bytes), max(kind.devices_per_node, 1), 1.0, 1.0)
 
 
-def x_min(shape: TaskShape, kind: ClusterKind) -> int | None:
-    """The smallest feasible worker count on ``kind`` within the task's bounds, or None."""
+SEARCH_LIMIT = 4096
+"""x_min is searched up to max(devices of the kind, SEARCH_LIMIT) workers: bounded work per submission
+(a spec that fits nowhere costs ~0.1 s); beyond the cluster's size the exact x_min only improves the
+error message."""
+
+
+def x_min(shape: TaskShape, kind: ClusterKind, limit: int | None = None) -> int | None:
+    """The smallest feasible worker count on ``kind`` within the task's bounds (and ``limit``), or None."""
     device_kind = _device_kind(kind)
     unit = shape.allocation_unit
     start = max(unit, -(-shape.min_workers // unit) * unit)
-    for workers in range(start, shape.max_workers + 1, unit):
+    stop = shape.max_workers if limit is None else min(shape.max_workers, limit)
+    for workers in range(start, stop + 1, unit):
         if next(enumerate_configs(shape.spec, device_kind, workers), None) is not None:
             return workers
     return None
@@ -60,8 +67,11 @@ def fit_errors(shape: TaskShape, kinds: list[ClusterKind]) -> FieldErrors:
     if shape.min_workers > total:
         return {"min_workers": [f"Needs at least {shape.min_workers} devices; the cluster has {total}."]}
     best: tuple[int, ClusterKind] | None = None
+    searched = 0
     for kind in kinds:
-        xm = x_min(shape, kind)
+        limit = max(kind.count, SEARCH_LIMIT)
+        searched = max(searched, min(shape.max_workers, limit))
+        xm = x_min(shape, kind, limit)
         if xm is not None and xm <= kind.count:
             return {}
         if xm is not None and (best is None or xm < best[0]):
@@ -76,7 +86,7 @@ def fit_errors(shape: TaskShape, kinds: list[ClusterKind]) -> FieldErrors:
     return {
         "max_workers": [
             f"The model does not fit device memory with any parallel configuration of at most "
-            f"{shape.max_workers} workers on the cluster's devices."
+            f"{searched} workers on the cluster's devices."
         ]
     }
 

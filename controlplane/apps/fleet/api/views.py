@@ -67,9 +67,11 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedVie
 
 
 class DeviceFilter(filters.FilterSet):  # type: ignore[misc]
+    node_name = filters.CharFilter(field_name="node__name")
+
     class Meta:
         model = Device
-        fields = ["node", "state", "kind"]
+        fields = ["node", "node_name", "state", "kind"]
 
 
 class DeviceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedViewSet):
