@@ -32,7 +32,8 @@ def cluster(db: None) -> list[Node]:
 
 @pytest.fixture
 def client_for(db: None) -> Callable[[str], APIClient]:
-    """An API client for a principal: anonymous, viewer, operator, admin, or a node agent's token."""
+    """An API client for a principal: anonymous, no-role (a user without a role), viewer, operator,
+    admin, or agent (a node agent's token)."""
 
     def make(principal: str) -> APIClient:
         client = APIClient()
@@ -44,7 +45,7 @@ def client_for(db: None) -> Callable[[str], APIClient]:
             NodeFactory(name="agent-node", token_hash=hash_node_token(NODE_TOKEN))
             client.credentials(HTTP_AUTHORIZATION=f"Bearer {NODE_TOKEN}")
             return client
-        client.force_authenticate(make_user(Role(principal)))
+        client.force_authenticate(make_user(None if principal == "no-role" else Role(principal)))
         return client
 
     return make

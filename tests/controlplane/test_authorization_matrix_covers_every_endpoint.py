@@ -61,7 +61,7 @@ REQUIRED_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/simulations/{id}/"): VIEWER,
 }
 OPTIONAL_PREFIXES = ("/api/v1/simulations/",)
-RANK = {"anonymous": 0, "agent": 0, "agent-token-keyword": 0, VIEWER: 1, OPERATOR: 2, ADMIN: 3}
+RANK = {"anonymous": 0, "agent": 0, "agent-token-keyword": 0, "no-role": 0, VIEWER: 1, OPERATOR: 2, ADMIN: 3}
 
 TASK_SPEC: dict[str, Any] = {
     "name": "gpt-matrix",
@@ -140,7 +140,9 @@ def test_every_endpoint_has_an_expected_role() -> None:
     assert urlconf_paths() == {path for _, path in operations}, "a route is missing from the schema"
 
 
-@pytest.mark.parametrize("principal", ["anonymous", "agent", "agent-token-keyword", VIEWER, OPERATOR, ADMIN])
+@pytest.mark.parametrize(
+    "principal", ["anonymous", "agent", "agent-token-keyword", "no-role", VIEWER, OPERATOR, ADMIN]
+)
 def test_authorization_matrix(
     principal: str, cluster: list[Node], client_for: Callable[[str], APIClient]
 ) -> None:
@@ -155,7 +157,9 @@ def test_authorization_matrix(
         role = REQUIRED_ROLE[(method, path)]
         url, body = _url_and_body(method, path, audit_id)
         response = client.generic(method, url, data=_json(body), content_type="application/json")
-        if RANK[principal] == 0:
+        if principal == "no-role":  # authenticated, but not allowed anything
+            expected = {403}
+        elif RANK[principal] == 0:
             expected = {401}
         elif RANK[principal] < RANK[role]:
             expected = {403}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.utils import timezone
 
 from controlplane.apps.common.errors import StaleState
 from controlplane.apps.common.statemachine import StateMachine
@@ -24,6 +25,8 @@ def swap_state(
     concurrent writer won (StaleState). Either way nothing is written.
     """
     machine.check(old, new)
+    if any(f.name == "updated_at" for f in model._meta.concrete_fields):
+        fields.setdefault("updated_at", timezone.now())  # update() skips auto_now fields
     updated = model._default_manager.filter(pk=pk, state=old).update(state=new, **fields)
     if updated != 1:
         raise StaleState(f"{model.__name__} {pk} is no longer {old}")

@@ -84,7 +84,7 @@ def do_rotate_node_token(actor: Actor, node: Node) -> str:
 @transaction.atomic
 def do_set_node_state(node: Node, new: NodeState, reason: str = "") -> Node:
     """Health-monitor transitions (joining→healthy, healthy→suspect→lost …), compare-and-swap."""
-    swap_state(Node, node.pk, NODE_MACHINE, node.state, new, updated_at=timezone.now())
+    swap_state(Node, node.pk, NODE_MACHINE, node.state, new)
     node.refresh_from_db()
     send_event_on_commit("node.state", {**node_event(node), "reason": reason})
     return node
@@ -107,7 +107,7 @@ def do_drain_node(actor: Actor, node: Node) -> Node:
     """Take a node out of service gracefully: no new work; its agent is told to drain."""
     check_drain_node(node)
     before = node.state
-    swap_state(Node, node.pk, NODE_MACHINE, before, NodeState.DRAINING, updated_at=timezone.now())
+    swap_state(Node, node.pk, NODE_MACHINE, before, NodeState.DRAINING)
     node.refresh_from_db()
     do_enqueue_command(node, CommandType.DRAIN, {})
     do_record_audit(actor, "drain_node", node, {"state": before}, {"state": node.state})
