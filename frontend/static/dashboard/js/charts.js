@@ -57,10 +57,14 @@ export function timeChart(container, { series, yLabel = "", yFormat = (v) => Str
     height,
     cursor: { drag: { x: true, y: false } },
     legend: { live: true },
-    scales: { x: { time: true } },
+    scales: {
+      // explicit ranges so an empty series (no samples yet) still draws axes
+      x: { time: true, range: (u, min, max) => (min == null || max == null ? [Date.now() / 1000 - 3600, Date.now() / 1000] : min === max ? [min - 60, max + 60] : [min, max]) },
+      y: { range: (u, min, max) => (min == null || max == null ? [0, 1] : window.uPlot.rangeNum(min === max ? min * 0.9 : min, min === max ? max * 1.1 || 1 : max, 0.1, true)) },
+    },
     axes: [
       { stroke: "#667085", grid: { stroke: "#eef0f3" } },
-      { stroke: "#667085", grid: { stroke: "#eef0f3" }, label: yLabel, size: 64, values: (u, vals) => vals.map(yFormat) },
+      { stroke: "#667085", grid: { stroke: "#eef0f3" }, label: yLabel, size: 64, values: (u, vals) => (vals || []).map(yFormat) },
     ],
     series: [
       {},
