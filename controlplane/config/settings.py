@@ -132,6 +132,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Self-healing LLM training: tasks, nodes, failures, plans, transitions, alerts, metrics.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
