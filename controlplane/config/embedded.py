@@ -28,6 +28,9 @@ def ensure_database_url() -> str:
     url = os.environ.get("DATABASE_URL")
     if url:
         return url
+    # pgserver keeps lock files in the user runtime dir; give it one when the session has none
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(state_dir() / "runtime"))
+    (Path(os.environ["XDG_RUNTIME_DIR"])).mkdir(mode=0o700, exist_ok=True)
     try:
         import pgserver
     except ImportError as exc:  # pragma: no cover - install problem

