@@ -1,0 +1,219 @@
+"""The training hook: a few lines in a training loop report progress and errors to the node agent.
+
+Usage in any Megatron/PyTorch loop (the hook itself imports neither)::
+
+    hook = TrainingHook.from_env()
+    with hook.guard():                          # exceptions -> report -> os._exit(EXIT_EXCEPTION)
+        setup()
+        for it in range(start, n):
+            with hook.iteration(it, phase="first" if it == start else "train"):
+                for k, mb in enumerate(micro_batches):
+                    step(mb); hook.micro_batch_done(it, k)
+                hook.compute_done()             # before the gradient all-reduce
+                sync_and_update()
+                hook.set_progress(tokens=..., model_flops=..., loss=...)
+            if it % 50 == 0:
+                with hook.slow_phase("checkpoint"):
+                    save()
+    hook.finished()
+
+Transport: newline-delimited JSON over the Unix socket named by ``UNICRON_HOOK_SOCKET`` (the agent
+serves it). Without that variable the hook is inert (a standalone run pays one attribute check per
+call). The agent can push fault-injection orders down the same socket; they are picked up without a
+thread by a non-blocking read at every iteration start.
+
+Stack capture: the hook registers :mod:`faulthandler` on ``SIGUSR1`` writing all threads' Python
+stacks to ``UNICRON_STACK_FILE``; it works even while the main thread is blocked inside a C-level
+collective, which is exactly when the agent needs it (a hang).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
+
+EXIT_OK = 0
+EXIT_EXCEPTION = 17
+"""The worker reported an exception through the hook and left with this code."""
+EXIT_HOOK_LOST = 18
+"""The worker lost its agent (socket closed) and left."""
+
+ENV_SOCKET = "UNICRON_HOOK_SOCKET"
+ENV_STACK_FILE = "UNICRON_STACK_FILE"
+ENV_RANK = "UNICRON_RANK"
+
+FaultHandler = Callable[[dict[str, Any]], None]
+
+
+def reap_children() -> None:
+    """Kill helper processes we started (dist_checkpointing's writer/manager) before ``os._exit``."""
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        pass
+
+
+class TrainingHook:
+    """Reports to the agent. All methods are cheap; none blocks on the agent."""
+
+    def __init__(self, sock: socket.socket | None, rank: int, stack_file: str | None = None) -> None:
+        self._sock = sock
+        self._rank = rank
+        self._buf = b""
+        self._iteration: int | None = None
+        self._iter_start = 0.0
+        self._compute_s: float | None = None
+        self._progress: dict[str, Any] = {}
+        self._micro_batches = 0
+        self.fault_handlers: list[FaultHandler] = []
+        self.in_collective = False
+        self._stack_fh: TextIO | None = None
+        if stack_file:
+            self._stack_fh = open(stack_file, "w")  # noqa: SIM115 - lives as long as the process
+            faulthandler.register(signal.SIGUSR1, file=self._stack_fh, all_threads=True, chain=False)
+        if sock is not None:
+            self._send({"ev": "hello", "rank": rank, "pid": os.getpid()})
+
+    @classmethod
+    def from_env(cls) -> TrainingHook:
+        path = os.environ.get(ENV_SOCKET)
+        rank = int(os.environ.get(ENV_RANK, "0"))
+        sock = None
+        if path:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(path)
+        return cls(sock, rank, os.environ.get(ENV_STACK_FILE))
+
+    @property
+    def enabled(self) -> bool:
+        return self._sock is not None
+
+    # ---------------------------------------------------------------- transport
+    def _send(self, event: dict[str, Any]) -> None:
+        if self._sock is None:
+            return
+        data = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        try:
+            self._sock.sendall(data)
+        except OSError:
+            # The agent is gone: a worker without its supervisor must not keep training.
+            os._exit(EXIT_HOOK_LOST)
+
+    def _poll(self) -> None:
+        """Pick up orders from the agent without blocking (fault injection)."""
+        if self._sock is None:
+            return
+        try:
+            chunk = self._sock.recv(65536, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            os._exit(EXIT_HOOK_LOST)
+        if not chunk:
+            os._exit(EXIT_HOOK_LOST)
+        self._buf += chunk
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            order = json.loads(line)
+            for handler in self.fault_handlers:
+                handler(order)
+
+    # ---------------------------------------------------------------- progress
+    @contextlib.contextmanager
+    def iteration(self, it: int, phase: str = "train") -> Iterator[None]:
+        self._poll()
+        self._iteration = it
+        self._compute_s = None
+        self._progress = {}
+        self._micro_batches = 0
+        start = time.time()
+        self._iter_start = start
+        self._send({"ev": "iter_start", "it": it, "t": start, "phase": phase})
+        yield
+        end = time.time()
+        self._send(
+            {
+                "ev": "iter_end",
+                "it": it,
+                "t": end,
+                "dur": end - start,
+                "compute": self._compute_s if self._compute_s is not None else end - start,
+                "mbs": self._micro_batches,
+                "phase": phase,
+                **self._progress,
+            }
+        )
+
+    def micro_batch_done(self, it: int, index: int) -> None:
+        """Micro-batch ``index`` (its global index in the iteration) of iteration ``it`` finished."""
+        self._micro_batches += 1
+        self._send({"ev": "mb", "it": it, "idx": index, "t": time.time()})
+
+    def compute_done(self) -> None:
+        """All local micro-batches done; what follows is gradient synchronisation and the update."""
+        self._compute_s = time.time() - self._iter_start
+
+    def set_progress(self, tokens: int, model_flops: float, loss: float | None = None) -> None:
+        self._progress = {"tokens": tokens, "flops": model_flops, "loss": loss}
+
+    @contextlib.contextmanager
+    def slow_phase(self, phase: str) -> Iterator[None]:
+        """Mark a phase that is slow on purpose (checkpoint, evaluation); monitors exclude it."""
+        self._send({"ev": "phase", "phase": phase, "state": "begin", "t": time.time()})
+        yield
+        self._send({"ev": "phase", "phase": phase, "state": "end", "t": time.time()})
+
+    def finished(self) -> None:
+        self._send({"ev": "done", "t": time.time()})
+
+    # ---------------------------------------------------------------- errors
+    def report_exception(self, exc: BaseException) -> None:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self._send(
+            {
+                "ev": "exception",
+                "t": time.time(),
+                "type": f"{type(exc).__module__}.{type(exc).__qualname__}"
+                if type(exc).__module__ != "builtins"
+                else type(exc).__qualname__,
+                "msg": str(exc),
+                "tb": tb,
+                "it": self._iteration,
+                "in_collective": self.in_collective,
+            }
+        )
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[TrainingHook]:
+        """Catch any exception, forward it, and leave with :data:`EXIT_EXCEPTION`.
+
+        ``os._exit`` rather than ``sys.exit``: after a failed gloo collective the interpreter may
+        abort at exit (rc -6); the agent must see a predictable code.
+        """
+        try:
+            yield self
+        except SystemExit as exc:
+            if exc.code in (None, 0):
+                raise
+            self.report_exception(exc)
+            reap_children()
+            os._exit(EXIT_EXCEPTION)
+        except BaseException as exc:
+            self.report_exception(exc)
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+            reap_children()
+            os._exit(EXIT_EXCEPTION)
