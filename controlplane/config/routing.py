@@ -13,7 +13,7 @@ from typing import Any
 from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
-from django.urls import path
+from django.urls import re_path
 
 from controlplane.live.routes import agent_routes, dashboard_routes
 
@@ -22,7 +22,9 @@ def _build() -> Any:
     return URLRouter(
         [
             *agent_routes(),
-            path("", AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(dashboard_routes())))),
+            # A prefix route must be re_path("^") when the inner URLRouter is wrapped in middleware:
+            # Channels treats path("") as a prefix only when it points straight at a URLRouter.
+            re_path(r"^", AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(dashboard_routes())))),
         ]
     )
 
