@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
+from controlplane.live.agent_link import AgentLinkConsumer
 from controlplane.live.dashboard import DashboardConsumer
 
 
 def agent_routes() -> list[URLPattern]:
-    return []
+    return [path("ws/agent/", AgentLinkConsumer.as_asgi())]
 
 
 def dashboard_routes() -> list[URLPattern]:

@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 
 from controlplane.apps.fleet.choices import CommandState
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
-from controlplane.apps.fleet.tokens import token_matches
+from controlplane.apps.fleet.tokens import hash_node_token, token_matches
 
 
 def verify_node_token(node_name: str, token: str) -> Node | None:
@@ -17,6 +17,14 @@ def verify_node_token(node_name: str, token: str) -> Node | None:
         token_matches(token, "0" * 64)
         return None
     return node if token_matches(token, node.token_hash) else None
+
+
+def get_node_for_token(token: str) -> Node | None:
+    """The node whose agent token is ``token`` (looked up by its SHA-256: the agent link knows only the
+    token when the socket opens). A rotated token no longer matches any node."""
+    if not token:
+        return None
+    return Node.objects.filter(token_hash=hash_node_token(token)).first()
 
 
 def list_nodes() -> QuerySet[Node]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -24,6 +24,7 @@ from controlplane.apps.fleet.choices import (
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 from controlplane.apps.fleet.tokens import hash_node_token, new_node_token
 from controlplane.live.broadcast import send_event_on_commit
+from controlplane.live.commands import notify_agent_on_commit
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,19 @@ def do_record_heartbeat(node: Node, agent_version: str | None = None) -> None:
     if agent_version is not None:
         fields["agent_version"] = agent_version
     Node.objects.filter(pk=node.pk).update(**fields)
+
+
+def do_record_agent_heartbeat(node_id: int) -> str | None:
+    """The agent link's hot path (1 Hz per node): stamp the heartbeat in ONE statement and return the
+    node's state (``UPDATE … RETURNING``), so the caller needs no second query to notice that a
+    suspect or lost node is alive again. None when the node no longer exists."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Node._meta.db_table} SET last_heartbeat_at = %s WHERE id = %s RETURNING state",
+            [timezone.now(), node_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
 def check_drain_node(node: Node) -> None:
@@ -193,6 +207,7 @@ def do_enqueue_command(
     send_event_on_commit(
         "agent_command.queued", {"node": node.name, "command_id": str(command.command_id), "type": type}
     )
+    notify_agent_on_commit(node.name)
     return command
 
 
