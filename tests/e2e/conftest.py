@@ -1,0 +1,136 @@
+"""Fixtures for the agent-link end-to-end tests: the real ASGI application, the real Redis channel
+layer, the real PostgreSQL (transactional tests: the consumer reads and writes from its own threads)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from channels.testing import WebsocketCommunicator
+
+from controlplane.apps.fleet.models import Node
+from controlplane.apps.fleet.services import DeviceSpec, do_register_node
+from controlplane.config.asgi import application
+from controlplane.core.protocol import PROTOCOL_VERSION
+
+
+@dataclass
+class Registered:
+    node: Node
+    token: str
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass
+class AgentSocket:
+    """A fake agent's end of the link: frames in and out as plain JSON, like the wire."""
+
+    comm: WebsocketCommunicator
+    node: str
+    session: str = field(default_factory=lambda: f"s-{uuid.uuid4().hex[:8]}")
+    seq: int = 0
+
+    async def send(self, message: dict[str, Any], **envelope: Any) -> int:
+        self.seq += 1
+        frame = {
+            "protocol_version": PROTOCOL_VERSION,
+            "node": self.node,
+            "session": self.session,
+            "seq": self.seq,
+            "sent_at": datetime.now(UTC).isoformat(),
+            "message": message,
+            **envelope,
+        }
+        await self.comm.send_to(text_data=json.dumps(frame))
+        return self.seq
+
+    async def send_raw(self, text: str) -> None:
+        await self.comm.send_to(text_data=text)
+
+    async def receive(self, timeout: float = 3.0) -> dict[str, Any]:
+        frame: dict[str, Any] = json.loads(await self.comm.receive_from(timeout=timeout))
+        return frame
+
+    async def hello(self, devices: int = 2, kind: str = "cpu") -> None:
+        await self.send(hello_message(devices, kind))
+
+    async def heartbeat(self) -> None:
+        await self.send({"type": "heartbeat", "uptime_s": 1.0})
+
+    async def settle(self) -> None:
+        """Wait until every frame sent so far was handled: a bad frame's reply comes back in order."""
+        await self.send_raw("not json")
+        reply = await self.receive()
+        assert reply["message"]["code"] == "malformed", reply
+
+    async def close(self) -> None:
+        await self.comm.disconnect()
+
+
+def hello_message(devices: int = 2, kind: str = "cpu") -> dict[str, Any]:
+    return {
+        "type": "hello",
+        "agent_version": "0.1.0-test",
+        "hostname": "test-host",
+        "worker_kind": "sim",
+        "devices": [
+            {"index": i, "kind": kind, "name": f"{kind}-slot-{i}", "memory_bytes": 0} for i in range(devices)
+        ],
+    }
+
+
+def unique_name(prefix: str = "e2e") -> str:
+    """Node names are unique per test run: Redis (and so the channel groups) is shared."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+Register = Callable[..., Registered]
+
+
+@pytest.fixture
+def register(transactional_db: None) -> Register:
+    def make(name: str | None = None, devices: int = 0) -> Registered:
+        specs = [DeviceSpec(index=i, kind="cpu-slot", memory_bytes=4 * 2**30) for i in range(devices)]
+        node, token = do_register_node(None, name or unique_name(), devices=specs)
+        return Registered(node, token)
+
+    return make
+
+
+@pytest.fixture
+def registered(register: Callable[..., Registered]) -> Registered:
+    return register()
+
+
+Connect = Callable[..., Awaitable[AgentSocket]]
+
+
+@pytest.fixture
+async def connect(transactional_db: None) -> AsyncIterator[Connect]:
+    """Open agent sockets against the real ASGI application; all are closed at the end."""
+    opened: list[WebsocketCommunicator] = []
+
+    async def open_socket(
+        token: str | None, node: str, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> AgentSocket:
+        if headers is None:
+            headers = [(b"authorization", f"Bearer {token}".encode())] if token is not None else []
+        comm = WebsocketCommunicator(application, "/ws/agent/", headers=headers)
+        connected, _ = await comm.connect(timeout=5)
+        assert connected
+        opened.append(comm)
+        return AgentSocket(comm, node)
+
+    yield open_socket
+    for comm in opened:
+        with contextlib.suppress(Exception):  # already closed by the server
+            await comm.disconnect()

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from channels.db import database_sync_to_async
+
+from controlplane.apps.metrics.models import MetricSample
+from controlplane.apps.training.models import TrainingTask
+from tests.controlplane.factories import TaskFactory
+from tests.e2e.conftest import Connect, Registered
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def stats(task_pk: int, rank: int) -> dict[str, object]:
+    now = datetime.now(UTC).isoformat()
+    return {
+        "type": "worker_report",
+        "report_id": str(uuid.uuid4()),
+        "task_id": str(task_pk),
+        "epoch": 0,
+        "rank": rank,
+        "device": rank,
+        "detector": None,
+        "occurred_at": now,
+        "detected_at": now,
+        "event": {
+            "kind": "iteration_stats",
+            "first_iteration": 10,
+            "last_iteration": 17,
+            "iterations": 8,
+            "median_s": 0.5,
+            "max_s": 0.6,
+            "compute_median_s": 0.4,
+            "micro_batches": 32,
+            "tokens": 2048,
+            "model_flops": 8e9,
+        },
+    }
+
+
+async def test_rank_zero_iteration_stats_become_the_tasks_samples(
+    registered: Registered, connect: Connect
+) -> None:
+    task: TrainingTask = await database_sync_to_async(TaskFactory)()
+    agent = await connect(registered.token, registered.name)
+    await agent.hello()
+
+    await agent.send(stats(task.pk, rank=0))
+    await agent.send(stats(task.pk, rank=1))  # same interval seen by another rank: not a second sample
+    await agent.settle()
+
+    samples = await database_sync_to_async(
+        lambda: sorted(MetricSample.objects.filter(task=task).values_list("kind", "value", "iteration"))
+    )()
+    # no active allocations: one rank's share; 2048 tokens / 8 iterations / 0.5 s = 512 tokens/s
+    assert samples == [("achieved_flops", 2e9, 17), ("iteration_time", 0.5, 17), ("tokens_per_s", 512.0, 17)]
