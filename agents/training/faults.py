@@ -24,12 +24,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from agents.training.hook import TrainingHook
-
-NETWORK_ERROR_MESSAGE = (
-    "[injected] [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]: "
-    "Connection reset by peer"
-)
+from agents.training.hook import NETWORK_ERROR_MESSAGE, TrainingHook
 
 
 class InjectedFault(RuntimeError):

@@ -47,6 +47,12 @@ EXIT_EXCEPTION = 17
 EXIT_HOOK_LOST = 18
 """The worker lost its agent (socket closed) and left."""
 
+NETWORK_ERROR_MESSAGE = (
+    "[injected] [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]: "
+    "Connection reset by peer"
+)
+"""What a ``network_error`` drill raises inside a collective: gloo's own wording for a dropped link."""
+
 ENV_SOCKET = "UNICRON_HOOK_SOCKET"
 ENV_STACK_FILE = "UNICRON_STACK_FILE"
 ENV_RANK = "UNICRON_RANK"
@@ -192,7 +198,7 @@ class TrainingHook:
                 "msg": str(exc),
                 "tb": tb,
                 "it": self._iteration,
-                "in_collective": self.in_collective,
+                "in_collective": self.in_collective or "distributed_c10d.py" in tb,
             }
         )
 

@@ -1,0 +1,186 @@
+"""The node agent: coordinator link + command registry + local supervisor."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents import __version__
+from agents.api import WorkerSpec
+from agents.client import CoordinatorClient, Outbox
+from agents.commands import CommandRegistry
+from agents.inventory import discover_devices
+from agents.monitor import MonitorConfig
+from agents.supervisor import Supervisor
+from controlplane.core.protocol import (
+    CoordinatorEnvelope,
+    DrainCommand,
+    FaultSpec,
+    Heartbeat,
+    Hello,
+    InjectFaultCommand,
+    ReconfigureCommand,
+    RetryCommand,
+    StartWorkersCommand,
+    StopWorkersCommand,
+    WorkerReport,
+)
+
+log = logging.getLogger("agents.agent")
+
+EXIT_NODE_LOSS = 137
+NODE_LOSS_DELAY_S = 0.2
+"""The agent acks a node_loss drill, then dies this long after (so the ack can leave)."""
+
+
+@dataclass
+class AgentConfig:
+    coordinator: str
+    token: str
+    devices: int
+    worker_kind: str = "megatron"
+    node: str = field(default_factory=socket.gethostname)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    run_dir: Path | None = None
+    heartbeat_s: float = 1.0
+    worker_env: dict[str, str] = field(default_factory=dict)
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig) -> None:
+        self.cfg = cfg
+        self.session = uuid.uuid4().hex
+        self.started = time.monotonic()
+        self.outbox = Outbox()
+        self.draining = False
+        self.supervisor = Supervisor(
+            emit=self._emit,
+            worker_kind=cfg.worker_kind,
+            monitor=cfg.monitor,
+            run_dir=cfg.run_dir,
+            worker_env=cfg.worker_env,
+        )
+        self.supervisor.drill = self._drill
+        self.commands = CommandRegistry()
+        self.commands.register("start_workers", self._start_workers)
+        self.commands.register("stop_workers", self._stop_workers)
+        self.commands.register("reconfigure", self._reconfigure)
+        self.commands.register("retry", self._retry)
+        self.commands.register("inject_fault", self._inject_fault)
+        self.commands.register("drain", self._drain)
+        self.client = CoordinatorClient(
+            cfg.coordinator,
+            cfg.token,
+            cfg.node,
+            self.session,
+            hello=self._hello,
+            heartbeat=self._heartbeat,
+            on_message=self._on_message,
+            outbox=self.outbox,
+            heartbeat_s=cfg.heartbeat_s,
+        )
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ link
+    def _emit(self, report: WorkerReport) -> None:
+        self.outbox.put(report)
+
+    def _hello(self) -> Hello:
+        return Hello(
+            agent_version=__version__,
+            hostname=socket.gethostname(),
+            worker_kind=self.cfg.worker_kind,
+            devices=discover_devices(self.cfg.devices, probe_cuda=self.cfg.worker_kind == "megatron"),
+            workers=self.supervisor.statuses(),
+            task_epochs=dict(self.commands.epochs),
+        )
+
+    def _heartbeat(self) -> Heartbeat:
+        return Heartbeat(
+            uptime_s=time.monotonic() - self.started,
+            workers=self.supervisor.statuses(),
+            pending_reports=len(self.outbox),
+        )
+
+    async def _on_message(self, env: CoordinatorEnvelope) -> None:
+        # Commands run concurrently: a StopWorkers with a grace period must not block a later drill.
+        task = asyncio.ensure_future(self._handle(env.message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, cmd: Any) -> None:
+        ack = await self.commands.dispatch(cmd)
+        self.outbox.put(ack)
+
+    async def run(self) -> None:
+        await self.supervisor.start()
+        try:
+            await self.client.run()
+        finally:
+            await self.supervisor.close()
+
+    # ------------------------------------------------------------------ handlers
+    def _spec(self, task_id: str, epoch: int, launch: Any) -> WorkerSpec:
+        return WorkerSpec(task_id=task_id, epoch=epoch, launch=launch, kind=self.cfg.worker_kind)
+
+    async def _start_workers(self, cmd: StartWorkersCommand) -> str:
+        if self.draining:
+            raise ValueError("node is draining: no new workers")
+        free = {
+            d.index for d in discover_devices(self.cfg.devices, probe_cuda=self.cfg.worker_kind == "megatron")
+        }
+        bad = [ra.device for ra in cmd.launch.ranks if ra.device not in free]
+        if bad:
+            raise ValueError(f"device(s) {bad} do not exist on this node (has {sorted(free)})")
+        group = await self.supervisor.start_group(self._spec(cmd.task_id, cmd.epoch, cmd.launch))
+        return f"started ranks {sorted(group.workers)} of {cmd.task_id} epoch {cmd.epoch}"
+
+    async def _stop_workers(self, cmd: StopWorkersCommand) -> str:
+        await self.supervisor.stop_group(cmd.task_id, cmd.ranks, cmd.grace_s)
+        return f"stopped {cmd.task_id} ranks {cmd.ranks or 'all'}"
+
+    async def _reconfigure(self, cmd: ReconfigureCommand) -> str:
+        await self.supervisor.stop_group(cmd.task_id, None, grace_s=2.0)
+        group = await self.supervisor.start_group(self._spec(cmd.task_id, cmd.epoch, cmd.launch))
+        return f"reconfigured {cmd.task_id} epoch {cmd.epoch}: ranks {sorted(group.workers)}"
+
+    async def _retry(self, cmd: RetryCommand) -> str:
+        group = self.supervisor.groups.get(cmd.task_id)
+        if group is None:
+            raise LookupError(f"no workers of task {cmd.task_id!r} on this node")
+        launch = group.spec.launch.model_copy(update={"rendezvous": cmd.rendezvous})
+        await self.supervisor.stop_group(cmd.task_id, None, grace_s=1.0)
+        group = await self.supervisor.start_group(self._spec(cmd.task_id, cmd.epoch, launch))
+        port = cmd.rendezvous.master_port
+        return f"retried {cmd.task_id} ranks {sorted(group.workers)} epoch {cmd.epoch} port {port}"
+
+    async def _inject_fault(self, cmd: InjectFaultCommand) -> str:
+        return self._drill(cmd.task_id, cmd.fault)
+
+    def _drill(self, task_id: str | None, fault: FaultSpec) -> str:
+        if fault.kind == "node_loss":
+            at = time.time() + NODE_LOSS_DELAY_S
+            asyncio.get_event_loop().call_later(NODE_LOSS_DELAY_S, self._die)
+            return f"node_loss at {at:.6f}"
+        if task_id is None:
+            raise ValueError("a task_id is needed for this fault")
+        return self.supervisor.inject(task_id, fault)
+
+    def _die(self) -> None:
+        """Node loss drill: the agent and all its workers die at once, without a goodbye."""
+        self.supervisor.kill_everything()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    async def _drain(self, cmd: DrainCommand) -> str:
+        self.draining = True
+        tasks = [cmd.task_id] if cmd.task_id else list(self.supervisor.groups)
+        await asyncio.gather(*(self.supervisor.stop_group(t, None, cmd.grace_s) for t in tasks))
+        return f"drained: stopped {tasks}"

@@ -1,0 +1,590 @@
+"""The local supervisor: starts a task's workers, watches them, turns what it sees into evidence.
+
+Three of the four in-band detectors run here (the fourth, node health, runs on the coordinator):
+
+- **process supervision**: every worker is a child process; ``await proc.wait()`` wakes the agent
+  as soon as it exits, and the exit code / signal is reported (``WorkerExited``);
+- **exception propagation**: the worker's hook forwards caught exceptions over the Unix socket
+  (``WorkerException``), then leaves with :data:`~agents.training.hook.EXIT_EXCEPTION`;
+- **online statistical monitoring**: iteration timings from the hook feed a per-rank hang monitor
+  and a per-task straggler detector (:mod:`agents.monitor`); before a hung worker is killed its
+  Python stack is captured (``SIGUSR1`` → faulthandler) into the ``HangVerdict``.
+
+Workers are either real processes (``megatron``) or in-agent simulated workers (``sim``,
+:mod:`agents.sim`); both feed :meth:`Supervisor.on_event` with the same hook events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agents.api import ExitRecord, RunResult, WorkerSpec, WorkerState
+from agents.monitor import MonitorConfig, RankMonitor, TaskStragglers
+from agents.training.hook import ENV_RANK, ENV_SOCKET, ENV_STACK_FILE
+from agents.training.worker import ENV_WORKER, WorkerAssignment
+from controlplane.core.protocol import (
+    Detector,
+    FaultSpec,
+    HangVerdict,
+    IterationStats,
+    StragglerVerdict,
+    WorkerEvent,
+    WorkerException,
+    WorkerExited,
+    WorkerReport,
+    WorkerStarted,
+    WorkerStatus,
+)
+
+log = logging.getLogger("agents.supervisor")
+
+Emit = Callable[[WorkerReport], None]
+STATS_INTERVAL_S = 1.0
+
+
+def _ts(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
+    """Worker dies with its agent (a node's agent gone means the node is gone)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Worker:
+    """One rank on this node: its process (or simulation), state and monitoring data."""
+
+    def __init__(self, spec: WorkerSpec, rank: int, device: int, cfg: MonitorConfig) -> None:
+        self.spec = spec
+        self.rank = rank
+        self.device = device
+        self.state = WorkerState.INIT
+        self.pid: int | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.sim: Any = None  # agents.sim.SimWorker
+        self.writer: asyncio.StreamWriter | None = None
+        self.stack_file: Path | None = None
+        self.monitor = RankMonitor(cfg)
+        self.iteration: int | None = None
+        self.iter_start: float | None = None
+        self.phase = "init"
+        self.slow_phase: str | None = None
+        self.slow_since = 0.0
+        self.expected_exit = False
+        self.finished = False
+        self.exception_reported = False
+        self.exit: ExitRecord | None = None
+        self.pending_orders: list[dict[str, Any]] = []
+        # interval statistics
+        self.durations: list[float] = []
+        self.computes: list[float] = []
+        self.first_it: int | None = None
+        self.last_it: int | None = None
+        self.mbs = 0
+        self.tokens = 0
+        self.flops = 0.0
+        self.loss: float | None = None
+        self.exited = asyncio.Event()
+
+    def status(self) -> WorkerStatus:
+        return WorkerStatus(
+            task_id=self.spec.task_id,
+            epoch=self.spec.epoch,
+            rank=self.rank,
+            device=self.device,
+            pid=self.pid,
+            state=self.state.value,
+            iteration=self.last_it,
+        )
+
+    def send_order(self, order: dict[str, Any]) -> None:
+        if self.sim is not None:
+            self.sim.order(order)
+        elif self.writer is not None:
+            self.writer.write((json.dumps(order) + "\n").encode())
+        else:
+            self.pending_orders.append(order)
+
+    def signal(self, sig: int) -> None:
+        if self.sim is not None:
+            self.sim.signal(sig)
+            return
+        if self.pid is None or self.exit is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)  # the worker leads its own session: its helpers die too
+
+    async def capture_stack(self, wait_s: float = 0.3) -> str:
+        """Python stacks of all the worker's threads (faulthandler on SIGUSR1)."""
+        if self.sim is not None:
+            return str(self.sim.stack())
+        if self.pid is None or self.stack_file is None or self.exit is not None:
+            return ""
+        before = self.stack_file.stat().st_size if self.stack_file.exists() else 0
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + wait_s
+        text = ""
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            if self.stack_file.exists() and self.stack_file.stat().st_size > before:
+                await asyncio.sleep(0.03)  # let faulthandler finish writing
+                with open(self.stack_file) as fh:
+                    fh.seek(before)
+                    text = fh.read()
+                break
+        return text
+
+
+class TaskGroup:
+    def __init__(self, spec: WorkerSpec, cfg: MonitorConfig) -> None:
+        self.spec = spec
+        self.workers: dict[int, Worker] = {
+            ra.rank: Worker(spec, ra.rank, ra.device, cfg) for ra in spec.launch.ranks
+        }
+        self.stragglers = TaskStragglers(cfg)
+
+    def result(self) -> RunResult:
+        exits = {r: w.exit for r, w in self.workers.items() if w.exit is not None}
+        states = {w.state for w in self.workers.values()}
+        if WorkerState.FAILED in states:
+            state = WorkerState.FAILED
+        elif all(s == WorkerState.SUCCEEDED for s in states):
+            state = WorkerState.SUCCEEDED
+        elif all(s.is_terminal for s in states):
+            state = WorkerState.STOPPED
+        else:
+            state = WorkerState.HEALTHY
+        return RunResult(state, exits)
+
+
+class Supervisor:
+    """Owns all local workers of all tasks on this node."""
+
+    def __init__(
+        self,
+        emit: Emit,
+        worker_kind: str = "megatron",
+        monitor: MonitorConfig | None = None,
+        kill_hung: bool = True,
+        run_dir: Path | None = None,
+        worker_env: dict[str, str] | None = None,
+    ) -> None:
+        self.emit_report = emit
+        self.worker_kind = worker_kind
+        self.cfg = monitor or MonitorConfig()
+        self.kill_hung = kill_hung
+        self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix="unicron-agent-"))
+        self.socket_path = self.run_dir / "hook.sock"
+        self.worker_env = worker_env or {}
+        self.groups: dict[str, TaskGroup] = {}
+        self._by_pid: dict[int, Worker] = {}
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._last_flush = time.time()
+        self.drill: Callable[[str | None, FaultSpec], str] | None = None
+        """Set by the agent: runs a fault drill (also node_loss) from the local drill CLI."""
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._serve_hook, path=str(self.socket_path))
+        self._spawn(self._monitor_loop())
+
+    async def close(self) -> None:
+        for group in list(self.groups.values()):
+            await self.stop_group(group.spec.task_id, grace_s=0.0)
+        for t in list(self._tasks):
+            t.cancel()
+        if self._server is not None:
+            self._server.close()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def statuses(self) -> list[WorkerStatus]:
+        return [w.status() for g in self.groups.values() for w in g.workers.values()]
+
+    def kill_everything(self) -> None:
+        """Node loss drill: SIGKILL every worker at once (the caller then dies too)."""
+        for g in self.groups.values():
+            for w in g.workers.values():
+                w.signal(signal.SIGKILL)
+
+    # ------------------------------------------------------------------ evidence
+    def _report(
+        self, w: Worker, event: WorkerEvent, detector: Detector | None, occurred: float | None = None
+    ) -> None:
+        now = time.time()
+        self.emit_report(
+            WorkerReport(
+                report_id=str(uuid.uuid4()),
+                task_id=w.spec.task_id,
+                epoch=w.spec.epoch,
+                rank=w.rank,
+                device=w.device,
+                detector=detector,
+                occurred_at=_ts(occurred if occurred is not None else now),
+                detected_at=_ts(now),
+                event=event,
+            )
+        )
+
+    # ------------------------------------------------------------------ launching
+    async def start_group(self, spec: WorkerSpec) -> TaskGroup:
+        old = self.groups.get(spec.task_id)
+        if old is not None:
+            await self.stop_group(spec.task_id, grace_s=1.0)
+        group = TaskGroup(spec, self.cfg)
+        self.groups[spec.task_id] = group
+        for w in group.workers.values():
+            if spec.kind == "sim":
+                from agents.sim import SimWorker
+
+                w.sim = SimWorker(self, w)
+                w.pid = None
+                self._report(w, WorkerStarted(pid=os.getpid()), None)
+                self._spawn(self._watch_sim(w))
+            else:
+                await self._launch_process(w)
+        return group
+
+    async def _launch_process(self, w: Worker) -> None:
+        spec = w.spec
+        assign = WorkerAssignment(
+            task_id=spec.task_id, epoch=spec.epoch, rank=w.rank, device=w.device, launch=spec.launch
+        )
+        w.stack_file = self.run_dir / f"stack-{spec.task_id}-e{spec.epoch}-r{w.rank}.txt"
+        env = dict(os.environ)
+        env.update(
+            {
+                ENV_WORKER: assign.model_dump_json(),
+                ENV_SOCKET: str(self.socket_path),
+                ENV_STACK_FILE: str(w.stack_file),
+                ENV_RANK: str(w.rank),
+                "OMP_NUM_THREADS": "1",
+                "MKL_NUM_THREADS": "1",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.worker_env)
+        log_path = self.run_dir / f"worker-{spec.task_id}-e{spec.epoch}-r{w.rank}.log"
+        with open(log_path, "ab") as logf:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "agents.training.worker",
+                env=env,
+                stdout=logf,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_set_pdeathsig,
+            )
+        w.proc = proc
+        w.pid = proc.pid
+        self._by_pid[proc.pid] = w
+        self._report(w, WorkerStarted(pid=proc.pid), None)
+        self._spawn(self._watch_process(w))
+
+    # ------------------------------------------------------------------ process supervision
+    async def _watch_process(self, w: Worker) -> None:
+        assert w.proc is not None
+        code = await w.proc.wait()
+        self._on_exit(w, code)
+
+    async def _watch_sim(self, w: Worker) -> None:
+        code = await w.sim.run()
+        self._on_exit(w, code)
+
+    def _on_exit(self, w: Worker, code: int) -> None:
+        now = time.time()
+        sig = -code if code < 0 else None
+        exit_code = None if code < 0 else code
+        expected = w.expected_exit or (code == 0 and w.finished)
+        w.exit = ExitRecord(w.rank, exit_code, sig, expected)
+        if w.expected_exit:
+            w.state = WorkerState.STOPPED
+        elif code == 0:
+            w.state = WorkerState.SUCCEEDED
+        else:
+            w.state = WorkerState.FAILED
+        self._flush_stats(w)
+        self._report(
+            w,
+            WorkerExited(
+                exit_code=exit_code,
+                signal=sig,
+                signal_name=signal.Signals(sig).name if sig else None,
+                expected=expected,
+            ),
+            None if expected else "process_supervision",
+            now,
+        )
+        w.exited.set()
+        if w.pid is not None:
+            self._by_pid.pop(w.pid, None)
+
+    # ------------------------------------------------------------------ hook link
+    async def _serve_hook(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        w: Worker | None = None
+        try:
+            while line := await reader.readline():
+                event = json.loads(line)
+                if w is None:
+                    if event.get("ev") == "drill":
+                        await self._serve_drill(event, writer)
+                        return
+                    if event.get("ev") != "hello":
+                        continue
+                    w = self._by_pid.get(int(event["pid"]))
+                    if w is None:
+                        log.warning("hook hello from unknown pid %s", event.get("pid"))
+                        return
+                    w.writer = writer
+                    for order in w.pending_orders:
+                        w.send_order(order)
+                    w.pending_orders.clear()
+                    continue
+                self.on_event(w, event)
+        except (ConnectionError, ValueError) as exc:
+            log.warning("hook link error: %s", exc)
+        finally:
+            if w is not None:
+                w.writer = None
+            writer.close()
+
+    async def _serve_drill(self, event: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        """Local drill CLI (``python -m agents.drill``): inject a fault without the coordinator."""
+        try:
+            if self.drill is None:
+                raise RuntimeError("drills are not enabled")
+            result = {
+                "ok": True,
+                "detail": self.drill(event.get("task_id"), FaultSpec.model_validate(event["fault"])),
+            }
+        except Exception as exc:
+            result = {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}
+        writer.write((json.dumps(result) + "\n").encode())
+        await writer.drain()
+
+    def on_event(self, w: Worker, ev: dict[str, Any]) -> None:
+        kind = ev.get("ev")
+        handler = self._EVENT_HANDLERS.get(str(kind))
+        if handler is None:
+            log.warning("unknown hook event %r", kind)
+            return
+        handler(self, w, ev)
+
+    def _ev_iter_start(self, w: Worker, ev: dict[str, Any]) -> None:
+        w.iteration = int(ev["it"])
+        w.iter_start = float(ev["t"])
+        w.phase = str(ev.get("phase", "train"))
+        if w.state == WorkerState.INIT:
+            w.state = WorkerState.HEALTHY
+
+    def _ev_iter_end(self, w: Worker, ev: dict[str, Any]) -> None:
+        it, dur, phase = int(ev["it"]), float(ev["dur"]), str(ev.get("phase", "train"))
+        compute = float(ev.get("compute", dur))
+        w.iter_start = None
+        w.monitor.observe(dur, phase)
+        if w.first_it is None:
+            w.first_it = it
+        w.last_it = it
+        w.durations.append(dur)
+        w.computes.append(compute)
+        w.mbs += int(ev.get("mbs", 0))
+        w.tokens += int(ev.get("tokens", 0) or 0)
+        w.flops += float(ev.get("flops", 0.0) or 0.0)
+        if ev.get("loss") is not None:
+            w.loss = float(ev["loss"])
+        group = self.groups.get(w.spec.task_id)
+        if group is None:
+            return
+        verdict = group.stragglers.observe(w.rank, compute, phase)
+        if verdict is not None:
+            if w.state == WorkerState.HEALTHY:
+                w.state = WorkerState.UNHEALTHY
+            self._report(
+                w,
+                StragglerVerdict(
+                    iteration=it,
+                    compute_s=verdict.rank_median_s,
+                    peer_median_s=verdict.peer_median_s,
+                    ratio=verdict.ratio,
+                ),
+                "statistical_monitoring",
+            )
+
+    def _ev_mb(self, w: Worker, ev: dict[str, Any]) -> None:
+        pass  # counted at iteration end; the event keeps the micro-batch's global identity flowing
+
+    def _ev_phase(self, w: Worker, ev: dict[str, Any]) -> None:
+        if ev.get("state") == "begin":
+            w.slow_phase = str(ev["phase"])
+            w.slow_since = float(ev["t"])
+        else:
+            w.slow_phase = None
+
+    def _ev_exception(self, w: Worker, ev: dict[str, Any]) -> None:
+        w.exception_reported = True
+        self._report(
+            w,
+            WorkerException(
+                exc_type=str(ev["type"]),
+                message=str(ev["msg"]),
+                traceback=str(ev["tb"]),
+                iteration=ev.get("it"),
+                in_collective=bool(ev.get("in_collective", False)),
+            ),
+            "exception_propagation",
+            float(ev["t"]),
+        )
+
+    def _ev_done(self, w: Worker, ev: dict[str, Any]) -> None:
+        w.finished = True
+
+    _EVENT_HANDLERS: dict[str, Callable[[Supervisor, Worker, dict[str, Any]], None]] = {
+        "iter_start": _ev_iter_start,
+        "iter_end": _ev_iter_end,
+        "mb": _ev_mb,
+        "phase": _ev_phase,
+        "exception": _ev_exception,
+        "done": _ev_done,
+    }
+
+    # ------------------------------------------------------------------ statistical monitoring
+    async def _monitor_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.poll_s)
+            now = time.time()
+            for group in list(self.groups.values()):
+                for w in group.workers.values():
+                    if not w.state.is_running or w.exit is not None:
+                        continue
+                    self._check_hang(w, now)
+            if now - self._last_flush >= STATS_INTERVAL_S:
+                self._last_flush = now
+                for group in self.groups.values():
+                    for w in group.workers.values():
+                        self._flush_stats(w)
+
+    def _check_hang(self, w: Worker, now: float) -> None:
+        if w.state == WorkerState.UNHEALTHY and getattr(w, "_hang_reported", False):
+            return
+        if w.slow_phase is not None:
+            hang = w.monitor.check(now - w.slow_since, w.slow_phase)
+            it = w.iteration if w.iteration is not None else -1
+        elif w.iter_start is not None:
+            hang = w.monitor.check(now - w.iter_start, w.phase)
+            it = w.iteration if w.iteration is not None else -1
+        else:
+            return
+        if hang is None:
+            return
+        w.state = WorkerState.UNHEALTHY
+        w._hang_reported = True  # type: ignore[attr-defined]
+        self._spawn(self._handle_hang(w, it, hang.elapsed_s, hang.threshold_s, hang.median_s, hang.phase))
+
+    async def _handle_hang(
+        self, w: Worker, it: int, elapsed: float, threshold: float, median: float | None, phase: str
+    ) -> None:
+        stack = await w.capture_stack()
+        self._report(
+            w,
+            HangVerdict(
+                iteration=it,
+                elapsed_s=elapsed,
+                threshold_s=threshold,
+                median_iteration_s=median,
+                phase=phase if phase in ("train", "first", "checkpoint", "evaluation") else "train",
+                stack=stack,
+            ),
+            "statistical_monitoring",
+            (w.iter_start or time.time()) + threshold,
+        )
+        if self.kill_hung:
+            w.signal(signal.SIGKILL)
+
+    def _flush_stats(self, w: Worker) -> None:
+        if not w.durations or w.first_it is None or w.last_it is None:
+            return
+        self._report(
+            w,
+            IterationStats(
+                first_iteration=w.first_it,
+                last_iteration=w.last_it,
+                iterations=len(w.durations),
+                median_s=statistics.median(w.durations),
+                max_s=max(w.durations),
+                compute_median_s=statistics.median(w.computes),
+                micro_batches=w.mbs,
+                tokens=w.tokens,
+                model_flops=w.flops,
+                loss=w.loss,
+            ),
+            None,
+        )
+        w.durations, w.computes, w.first_it, w.mbs, w.tokens, w.flops = [], [], None, 0, 0, 0.0
+
+    # ------------------------------------------------------------------ commands
+    async def stop_group(self, task_id: str, ranks: list[int] | None = None, grace_s: float = 5.0) -> None:
+        group = self.groups.get(task_id)
+        if group is None:
+            return
+        targets = [w for r, w in group.workers.items() if ranks is None or r in ranks]
+        for w in targets:
+            if w.exit is None:
+                w.expected_exit = True
+                w.signal(signal.SIGTERM)
+        waits = [w.exited.wait() for w in targets if w.exit is None]
+        if waits:
+            try:
+                await asyncio.wait_for(asyncio.gather(*waits), timeout=max(grace_s, 0.01))
+            except TimeoutError:
+                for w in targets:
+                    if w.exit is None:
+                        w.signal(signal.SIGKILL)
+                await asyncio.wait_for(
+                    asyncio.gather(*[w.exited.wait() for w in targets if w.exit is None]), timeout=10
+                )
+        if all(w.exit is not None for w in group.workers.values()):
+            self.groups.pop(task_id, None)
+
+    def inject(self, task_id: str, fault: FaultSpec) -> str:
+        """Route a fault to its worker. Returns a description for the ack."""
+        group = self.groups.get(task_id)
+        if group is None:
+            raise LookupError(f"no workers of task {task_id!r} on this node")
+        ranks = [fault.rank] if fault.rank is not None else list(group.workers)
+        missing = [r for r in ranks if r not in group.workers]
+        if missing:
+            raise LookupError(f"rank(s) {missing} of task {task_id!r} are not on this node")
+        for r in ranks:
+            w = group.workers[r]
+            if fault.kind == "crash" and fault.at_iteration is None:
+                w.signal(signal.SIGKILL)
+            else:
+                w.send_order({"fault": fault.model_dump()})
+        return f"{fault.kind} -> ranks {ranks}"

@@ -1,0 +1,221 @@
+"""A small coordinator for tests, benchmarks and drills (the Django/Channels one speaks the same protocol).
+
+It accepts agents over WebSocket (checking ``Authorization: Bearer <token>``), decodes every frame
+with the coordinator-side decoder, records what arrives with its arrival time, answers malformed
+frames with a ``ProtocolError``, sends commands, and runs the coordinator half of node health
+monitoring: a node is *lost* when its socket closes or its heartbeat is older than
+``heartbeat_timeout_s`` (:func:`controlplane.core.failures.detectors.heartbeat_expired`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from controlplane.core.failures.detectors import heartbeat_expired
+from controlplane.core.protocol import (
+    AUTH_HEADER,
+    COORDINATOR_NODE,
+    AgentEnvelope,
+    CoordinatorEnvelope,
+    ProtocolViolation,
+    WorkerReport,
+    decode_agent_frame,
+    utcnow,
+)
+
+
+@dataclass(frozen=True)
+class Received:
+    at: float  # time.time() at arrival
+    envelope: AgentEnvelope
+
+
+@dataclass(frozen=True)
+class NodeLoss:
+    node: str
+    detected_at: float
+    reason: str  # "socket_closed" | "heartbeat_expired"
+    last_heartbeat_at: float | None
+
+
+@dataclass
+class NodeLink:
+    node: str
+    ws: ServerConnection
+    session: str
+    last_heartbeat: float = field(default_factory=time.time)
+    lost: bool = False
+
+
+class TestCoordinator:
+    __test__ = False  # not a pytest class
+
+    def __init__(self, tokens: dict[str, str] | None = None, heartbeat_timeout_s: float = 2.5) -> None:
+        """``tokens``: token -> node name allowed to use it (None: any token is accepted)."""
+        self.tokens = tokens
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.received: list[Received] = []
+        self.refusals: list[tuple[float, str]] = []
+        self.losses: list[NodeLoss] = []
+        self.links: dict[str, NodeLink] = {}
+        self._seq = itertools.count()
+        self._changed = asyncio.Condition()
+        self._server: Server | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/agent/"
+
+    async def start(self) -> TestCoordinator:
+        self._server = await serve(
+            self._handler, "127.0.0.1", 0, process_request=self._auth, ping_interval=None
+        )
+        self.port = next(iter(self._server.sockets)).getsockname()[1]
+        self._watch = asyncio.ensure_future(self._watch_heartbeats())
+        return self
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 3)
+
+    async def __aenter__(self) -> TestCoordinator:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ server
+    def _auth(self, conn: ServerConnection, request: Request) -> Response | None:
+        header = request.headers.get(AUTH_HEADER, "")
+        token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        if not token or (self.tokens is not None and token not in self.tokens):
+            return Response(HTTPStatus.UNAUTHORIZED, "Unauthorized", Headers(), b"bad or missing token\n")
+        return None
+
+    async def _handler(self, ws: ServerConnection) -> None:
+        link: NodeLink | None = None
+        try:
+            async for raw in ws:
+                now = time.time()
+                try:
+                    env = decode_agent_frame(raw)
+                except ProtocolViolation as exc:
+                    self.refusals.append((now, exc.error.code))
+                    reply = CoordinatorEnvelope(
+                        node=COORDINATOR_NODE,
+                        session=link.session if link else "-",
+                        seq=next(self._seq),
+                        message=exc.error,
+                    )
+                    await ws.send(reply.model_dump_json())
+                    await self._notify()
+                    continue
+                if link is None or link.session != env.session:
+                    link = NodeLink(env.node, ws, env.session)
+                    self.links[env.node] = link
+                if env.message.type == "heartbeat":
+                    link.last_heartbeat = now
+                link.lost = False
+                self.received.append(Received(now, env))
+                await self._notify()
+        except Exception:
+            pass
+        finally:
+            if link is not None and self.links.get(link.node) is link and not link.lost:
+                link.lost = True
+                self.losses.append(NodeLoss(link.node, time.time(), "socket_closed", link.last_heartbeat))
+                await self._notify()
+
+    async def _watch_heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            now = time.time()
+            for link in list(self.links.values()):
+                if not link.lost and heartbeat_expired(link.last_heartbeat, now, self.heartbeat_timeout_s):
+                    link.lost = True
+                    self.losses.append(NodeLoss(link.node, now, "heartbeat_expired", link.last_heartbeat))
+                    await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------ commands
+    async def send(self, node: str, message: Any, raw: str | None = None) -> None:
+        link = self.links[node]
+        text = raw
+        if text is None:
+            text = CoordinatorEnvelope(
+                node=COORDINATOR_NODE,
+                session=link.session,
+                seq=next(self._seq),
+                sent_at=utcnow(),
+                message=message,
+            ).model_dump_json()
+        await link.ws.send(text)
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex
+
+    # ------------------------------------------------------------------ queries
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
+        """Wait until ``predicate()`` returns something truthy; return it."""
+        deadline = time.monotonic() + timeout
+        async with self._changed:
+            while True:
+                value = predicate()
+                if value:
+                    return value
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"condition not met within {timeout}s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), timeout=min(left, 0.2))
+
+    def messages(self, type_: str, node: str | None = None) -> list[Received]:
+        return [
+            r
+            for r in self.received
+            if r.envelope.message.type == type_ and (node is None or r.envelope.node == node)
+        ]
+
+    def reports(
+        self, kind: str | None = None, task_id: str | None = None
+    ) -> list[tuple[float, WorkerReport]]:
+        out = []
+        for r in self.messages("worker_report"):
+            rep = r.envelope.message
+            assert isinstance(rep, WorkerReport)
+            if (kind is None or rep.event.kind == kind) and (task_id is None or rep.task_id == task_id):
+                out.append((r.at, rep))
+        return out
+
+    def ack(self, command_id: str) -> Any:
+        for r in self.messages("ack"):
+            if r.envelope.message.command_id == command_id:  # type: ignore[union-attr]
+                return r.envelope.message
+        return None
+
+    async def command(self, node: str, message: Any, timeout: float = 30.0) -> Any:
+        """Send a command and wait for its ack."""
+        await self.send(node, message)
+        return await self.wait_for(lambda: self.ack(message.command_id), timeout)

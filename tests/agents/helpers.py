@@ -1,0 +1,90 @@
+"""Shared helpers for agent tests: launches, free ports, agent subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from pathlib import Path
+
+from controlplane.core.protocol import (
+    ModelSpec,
+    ParallelConfig,
+    RankAssignment,
+    Rendezvous,
+    StartWorkersCommand,
+    WorkerLaunch,
+)
+
+TINY = ModelSpec(layers=2, hidden=64, heads=4, seq_len=32, vocab=128, micro_batch=2, global_batch=8)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(
+    tp: int = 1,
+    pp: int = 1,
+    dp: int = 2,
+    iterations: int = 1000,
+    model: ModelSpec = TINY,
+    timeout_s: float = 20.0,
+    ranks: list[int] | None = None,
+) -> WorkerLaunch:
+    world = tp * pp * dp
+    ranks = list(range(world)) if ranks is None else ranks
+    return WorkerLaunch(
+        model=model,
+        parallel=ParallelConfig(tp=tp, pp=pp, dp=dp),
+        world_size=world,
+        ranks=[RankAssignment(rank=r, device=i) for i, r in enumerate(ranks)],
+        rendezvous=Rendezvous(master_addr="127.0.0.1", master_port=free_port(), timeout_s=timeout_s),
+        iterations=iterations,
+        collective_timeout_s=timeout_s,
+    )
+
+
+def start_command(task_id: str, epoch: int, wl: WorkerLaunch, command_id: str) -> StartWorkersCommand:
+    return StartWorkersCommand(command_id=command_id, task_id=task_id, epoch=epoch, launch=wl)
+
+
+async def spawn_agent(
+    url: str,
+    node: str,
+    devices: int,
+    run_dir: Path,
+    worker: str = "megatron",
+    token: str = "secret",
+    hang_floor: float = 4.5,
+) -> asyncio.subprocess.Process:
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = open(run_dir / "agent.log", "ab")  # noqa: SIM115 - owned by the child
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agents",
+        "--coordinator",
+        url,
+        "--token",
+        token,
+        "--devices",
+        str(devices),
+        "--worker",
+        worker,
+        "--node",
+        node,
+        "--run-dir",
+        str(run_dir),
+        "--hang-floor",
+        str(hang_floor),
+        cwd=str(REPO),
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
