@@ -142,7 +142,10 @@ SPECTACULAR_SETTINGS = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        # redis-py 8 gives every connection a 5 s read timeout, and channels-redis blocks up to 5 s
+        # waiting for the next message: without a longer socket timeout every idle consumer (agent
+        # links, dashboard sockets) is dropped with 1011 after ~5 s (redis/redis-py#4091).
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}]},
     },
 }
 
