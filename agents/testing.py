@@ -62,7 +62,9 @@ class NodeLink:
 class TestCoordinator:
     __test__ = False  # not a pytest class
 
-    def __init__(self, tokens: dict[str, str] | None = None, heartbeat_timeout_s: float = 2.5) -> None:
+    def __init__(
+        self, tokens: dict[str, str] | None = None, heartbeat_timeout_s: float = 2.5, port: int = 0
+    ) -> None:
         """``tokens``: token -> node name allowed to use it (None: any token is accepted)."""
         self.tokens = tokens
         self.heartbeat_timeout_s = heartbeat_timeout_s
@@ -74,7 +76,7 @@ class TestCoordinator:
         self._changed = asyncio.Condition()
         self._server: Server | None = None
         self._watch: asyncio.Task[None] | None = None
-        self.port = 0
+        self.port = port
 
     @property
     def url(self) -> str:
@@ -82,7 +84,7 @@ class TestCoordinator:
 
     async def start(self) -> TestCoordinator:
         self._server = await serve(
-            self._handler, "127.0.0.1", 0, process_request=self._auth, ping_interval=None
+            self._handler, "127.0.0.1", self.port, process_request=self._auth, ping_interval=None
         )
         self.port = next(iter(self._server.sockets)).getsockname()[1]
         self._watch = asyncio.ensure_future(self._watch_heartbeats())
