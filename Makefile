@@ -36,8 +36,11 @@ migrations-check: install
 pytest-core: install
 	$(BIN)/pytest tests/core tests/contract -p no:django -q
 
+# The browser tests run in their own pytest process: Playwright's sync API keeps an event loop running
+# in the main thread for the session, which the async (Channels) tests cannot share.
 pytest: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --ignore=tests/browser
+	$(BIN)/pytest -q tests/browser
 
 test: lint typecheck contracts migrations-check pytest
 
