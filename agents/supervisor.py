@@ -196,6 +196,8 @@ class Supervisor:
         self.kill_hung = kill_hung
         self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix="unicron-agent-"))
         self.socket_path = self.run_dir / "hook.sock"
+        if len(str(self.socket_path)) > 100:  # AF_UNIX path limit (108 bytes)
+            self.socket_path = Path(tempfile.mkdtemp(prefix="uc-")) / "hook.sock"
         self.worker_env = worker_env or {}
         self.groups: dict[str, TaskGroup] = {}
         self._by_pid: dict[int, Worker] = {}

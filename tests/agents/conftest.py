@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -34,7 +35,5 @@ async def sim_agent(coordinator: TestCoordinator, tmp_path: Path) -> AsyncIterat
     yield agent
     await agent.client.stop()
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
-    except (asyncio.CancelledError, Exception):
-        pass

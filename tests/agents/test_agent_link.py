@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 
@@ -28,10 +29,11 @@ async def test_hello_carries_the_device_inventory(coordinator: TestCoordinator, 
 async def test_heartbeats_arrive_every_second(coordinator: TestCoordinator, sim_agent: Agent) -> None:
     await coordinator.wait_for(lambda: len(coordinator.messages("heartbeat")) >= 3, 5)
     times = [r.at for r in coordinator.messages("heartbeat")]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert all(0.7 < g < 1.3 for g in gaps), gaps
     seqs = [r.envelope.seq for r in coordinator.received]
-    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert seqs == sorted(seqs)
+    assert len(set(seqs)) == len(seqs)
 
 
 async def test_agent_without_valid_token_is_refused(tmp_path: Path) -> None:
@@ -137,7 +139,7 @@ async def test_reports_made_while_disconnected_are_delivered_after_reconnect(tmp
                 if r.rank == rank
             )
             assert spans[0][0] == 0
-            for (_, last), (first, _) in zip(spans, spans[1:], strict=False):
+            for (_, last), (first, _) in itertools.pairwise(spans):
                 assert first <= last + 1, spans
     finally:
         await agent.client.stop()

@@ -83,7 +83,8 @@ async def test_crash_is_caught_by_process_supervision(
     assert (crashed.event.exit_code, crashed.event.signal, crashed.event.signal_name) == (None, 9, "SIGKILL")  # type: ignore[union-attr]
     # the survivor's collective fails for real (gloo connection reset) and the hook forwards it
     survivor_exc = [r for _, r in coordinator.reports("exception") if r.rank == 0]
-    assert survivor_exc and survivor_exc[0].detector == "exception_propagation"
+    assert survivor_exc
+    assert survivor_exc[0].detector == "exception_propagation"
     assert (
         "Connection reset" in survivor_exc[0].event.message
         or "Connection closed" in survivor_exc[0].event.message
@@ -106,7 +107,8 @@ async def test_exception_at_iteration_n_is_propagated_with_traceback(
     assert "on_iteration_start" in exc.event.traceback  # type: ignore[union-attr]
     assert (exc.detected_at - exc.occurred_at).total_seconds() < 1.0
     assert exits[0].event.exit_code == EXIT_EXCEPTION  # type: ignore[union-attr]
-    assert exits[0].detector == "process_supervision" and not exits[0].event.expected  # type: ignore[union-attr]
+    assert exits[0].detector == "process_supervision"
+    assert not exits[0].event.expected
     assert exits[1].event.exit_code == EXIT_EXCEPTION  # type: ignore[union-attr]
 
 
@@ -137,7 +139,8 @@ async def test_hang_is_caught_by_statistical_monitoring_with_stacks(
         # the floor applies: iterations take ~50 ms
         assert r.event.threshold_s == pytest.approx(2.0)  # type: ignore[union-attr]
         assert 2.0 <= r.event.elapsed_s < 3.0  # type: ignore[union-attr]
-        assert "most recent call first" in r.event.stack and "_train" in r.event.stack  # type: ignore[union-attr]
+        assert "most recent call first" in r.event.stack
+        assert "_train" in r.event.stack
     # the hung rank sits in the (shimmed) all_reduce
     assert "faults.py" in hangs[1].event.stack  # type: ignore[union-attr]
     assert "finish_grad_sync" in hangs[0].event.stack or "all_reduce" in hangs[0].event.stack  # type: ignore[union-attr]
