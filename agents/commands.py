@@ -7,10 +7,14 @@ Every command gets exactly one :class:`Ack` per delivery:
 - an ``epoch`` older than the newest seen for the task → ``stale_epoch`` (fencing);
 - a handler that raises ``LookupError``/``ValueError`` → ``rejected``; anything else → ``failed``;
 - otherwise the handler's outcome (``done`` with a short description).
+
+Commands of the same task are handled one at a time in arrival order (a per-task lock), so an
+``InjectFault`` sent right after a ``StartWorkers`` finds the workers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -29,6 +33,7 @@ class CommandRegistry:
         self._handlers: dict[str, Handler] = {}
         self._seen: OrderedDict[str, AckOutcome] = OrderedDict()
         self.epochs: dict[str, int] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
 
     def register(self, type_: str, handler: Handler) -> None:
         if type_ in self._handlers:
@@ -65,8 +70,11 @@ class CommandRegistry:
             return Ack(command_id=cid, outcome="rejected", detail=f"no handler for {cmd.type!r}")
         self._remember(cid, "accepted")  # a re-delivery while it runs is a duplicate too
         outcome: AckOutcome
+        # Commands of one task run one after the other, in arrival order; other tasks are not held up.
+        lock = self._locks.setdefault(task_id or "", asyncio.Lock())
         try:
-            detail = await handler(cmd)
+            async with lock:
+                detail = await handler(cmd)
             outcome = "done"
         except (LookupError, ValueError) as exc:
             outcome, detail = "rejected", f"{type(exc).__name__}: {exc}"

@@ -1,6 +1,7 @@
 """Local drill CLI: inject a fault into a running agent without going through the coordinator.
 
-``python -m agents.drill --run-dir DIR --task T --kind hang --rank 1 [--at-iteration N] [--slowdown F]``
+``python -m agents.drill (--run-dir DIR | --socket PATH) --task T --kind hang --rank 1``
+``[--at-iteration N] [--slowdown F]``
 
 Talks to the agent's hook socket (``DIR/hook.sock``) and prints the agent's answer.
 """
@@ -19,7 +20,9 @@ from controlplane.core.protocol import FaultKind, FaultSpec
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m agents.drill")
-    p.add_argument("--run-dir", type=Path, required=True)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--run-dir", type=Path, help="the agent's --run-dir (uses DIR/hook.sock)")
+    where.add_argument("--socket", type=Path, help="the agent's hook socket")
     p.add_argument("--task")
     p.add_argument("--kind", choices=get_args(FaultKind), required=True)
     p.add_argument("--rank", type=int)
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         message=args.message,
     )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(str(args.run_dir / "hook.sock"))
+        s.connect(str(args.socket or args.run_dir / "hook.sock"))
         s.sendall(
             (json.dumps({"ev": "drill", "task_id": args.task, "fault": fault.model_dump()}) + "\n").encode()
         )

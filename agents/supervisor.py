@@ -93,6 +93,7 @@ class Worker:
         self.expected_exit = False
         self.finished = False
         self.exception_reported = False
+        self.hang_reported = False
         self.exit: ExitRecord | None = None
         self.pending_orders: list[dict[str, Any]] = []
         # interval statistics
@@ -493,7 +494,7 @@ class Supervisor:
                         self._flush_stats(w)
 
     def _check_hang(self, w: Worker, now: float) -> None:
-        if w.state == WorkerState.UNHEALTHY and getattr(w, "_hang_reported", False):
+        if w.hang_reported:
             return
         if w.slow_phase is not None:
             hang = w.monitor.check(now - w.slow_since, w.slow_phase)
@@ -506,7 +507,7 @@ class Supervisor:
         if hang is None:
             return
         w.state = WorkerState.UNHEALTHY
-        w._hang_reported = True  # type: ignore[attr-defined]
+        w.hang_reported = True
         self._spawn(self._handle_hang(w, it, hang.elapsed_s, hang.threshold_s, hang.median_s, hang.phase))
 
     async def _handle_hang(

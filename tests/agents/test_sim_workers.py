@@ -29,7 +29,8 @@ async def test_sim_workers_report_iterations_tokens_and_flops(
     stats = [r.event for _, r in coordinator.reports("iteration_stats")]
     s = stats[0]
     assert s.iterations >= 1  # type: ignore[union-attr]
-    assert s.tokens == s.iterations * (16 * 2048 // 2)  # each rank reports its share  # type: ignore[union-attr]
+    # each rank reports its share of the iteration's tokens
+    assert s.tokens == s.iterations * (16 * 2048 // 2)  # type: ignore[union-attr]
     assert s.model_flops > 0  # type: ignore[union-attr]
     assert 0.005 < s.median_s < 5  # type: ignore[union-attr]
 
