@@ -17,7 +17,7 @@ from controlplane.core.protocol import (
 )
 from tests.agents.helpers import free_port, launch, start_command
 
-MODEL = ModelSpec(layers=24, hidden=2048, heads=16, seq_len=2048, vocab=51200, micro_batch=1, global_batch=16)
+MODEL = ModelSpec(layers=4, hidden=1024, heads=8, seq_len=1024, vocab=32000, micro_batch=1, global_batch=16)
 
 
 async def _start(c: TestCoordinator, epoch: int = 1, dp: int = 2) -> None:

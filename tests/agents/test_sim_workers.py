@@ -11,7 +11,7 @@ from controlplane.core.protocol import FaultSpec, InjectFaultCommand, ModelSpec
 from tests.agents.helpers import launch, start_command
 
 # big enough that the throughput model gives iterations of tens of milliseconds on an A100
-MODEL = ModelSpec(layers=24, hidden=2048, heads=16, seq_len=2048, vocab=51200, micro_batch=1, global_batch=16)
+MODEL = ModelSpec(layers=4, hidden=1024, heads=8, seq_len=1024, vocab=32000, micro_batch=1, global_batch=16)
 
 
 async def _run(c: TestCoordinator, epoch: int = 1) -> None:
@@ -30,7 +30,7 @@ async def test_sim_workers_report_iterations_tokens_and_flops(
     s = stats[0]
     assert s.iterations >= 1  # type: ignore[union-attr]
     # each rank reports its share of the iteration's tokens
-    assert s.tokens == s.iterations * (16 * 2048 // 2)  # type: ignore[union-attr]
+    assert s.tokens == s.iterations * (16 * 1024 // 2)  # type: ignore[union-attr]
     assert s.model_flops > 0  # type: ignore[union-attr]
     assert 0.005 < s.median_s < 5  # type: ignore[union-attr]
 
