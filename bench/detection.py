@@ -416,9 +416,9 @@ async def main_async(args: argparse.Namespace) -> None:
         "| hang found by the collective timeout, Megatron default (`distributed_timeout_minutes` = 30) "
         "| 1800 (configured, not waited for) | — | — |",
         "",
-        "Exit-only supervision learns of the exception only a little later here because our hook makes",
-        "the worker leave at once; without the hook a worker whose peer failed stays blocked until the",
-        "collective timeout (second row), which is what torchrun-style supervision waits for.",
+        "Exit-only supervision sees an exception only when the process exits; here that follows the",
+        "report by ~50 ms because the hook makes the worker leave at once (os._exit). It cannot see a",
+        "hang at all: without the statistical monitor a hang is found only by the collective timeout.",
         "",
         "## Monitoring overhead (DP2, median iteration time per run)",
         "",
