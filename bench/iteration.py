@@ -109,7 +109,8 @@ def main() -> None:
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
         f"({os.cpu_count()} CPUs, shared with other work), torch {_torch_version()}, one thread per worker.",
         "Model: GPT 2 layers, hidden 64, 4 heads, seq 32, vocab 128; micro-batch 2, global batch 8;",
-        "Megatron DDP + Adam, fp32, local layer spec. Without the hook. Time = wall time from one",
+        "Megatron DDP + Adam, fp32, local layer spec. Without the hook. The global batch is fixed, so a",
+        "replica runs 8 / (2 x DP) micro-batches: 4 at DP1 (tp2, pp2), 2 at DP2. Time = wall time from one",
         f"iteration start to the next, over all ranks, iterations >= {args.skip} of {args.iterations}.",
         "",
         f"Command: `.venv/bin/python bench/iteration.py --iterations {args.iterations} --skip {args.skip}`",
