@@ -46,7 +46,10 @@ test: lint typecheck contracts migrations-check pytest
 
 bench: install
 	$(BIN)/python bench/planner.py
+	$(BIN)/python bench/detectors.py
+	$(BIN)/python bench/iteration.py
 	$(BIN)/python bench/detection.py
+	$(BIN)/python -m controlplane.core.sim all
 
 clean-run:
 	rm -rf .run

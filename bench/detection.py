@@ -437,6 +437,17 @@ async def main_async(args: argparse.Namespace) -> None:
     ]
     out = REPO / "bench" / "results" / "detection.md"
     out.write_text("\n".join(lines) + "\n")
+    # Medians for the simulator's "ours" policy (controlplane.core.sim.ours.load_latency_profile).
+    profile = {
+        "detection_s": {
+            "process_exit": statistics.median(wf["crash"]),
+            "exception": statistics.median(wf["exception"]),
+            "heartbeat": statistics.median(hb),
+        },
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "source": "bench/detection.py",
+    }
+    (out.parent / "detection.json").write_text(json.dumps(profile, indent=2) + "\n")
     print("\n".join(lines))
 
 
