@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default=os.environ.get("UNICRON_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("UNICRON_PORT", "8000")))
-    parser.add_argument("--agents", type=int, default=int(os.environ.get("UNICRON_DEMO_AGENTS", "0")))
+    parser.add_argument("--agents", type=int, default=int(os.environ.get("UNICRON_DEMO_AGENTS", "4")))
+    parser.add_argument("--devices-per-agent", type=int, default=2)
+    parser.add_argument("--worker", choices=["megatron", "sim"], default="megatron")
     parser.add_argument("--exit-after-ready", action="store_true", help="stop once everything is up (smoke)")
     args = parser.parse_args(argv)
 
@@ -63,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     call_command("migrate", interactive=False, verbosity=0)
-    from controlplane.config.demo_data import ensure_demo_accounts, ensure_demo_schedule
+    from controlplane.config.demo_data import (
+        ensure_demo_accounts,
+        ensure_demo_nodes,
+        ensure_demo_schedule,
+        wait_for_healthy_nodes,
+    )
 
     accounts = ensure_demo_accounts()
     ensure_demo_schedule()
@@ -110,11 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     children: list[subprocess.Popen[bytes]] = []
     names: dict[int, str] = {}
-    for name, command in commands.items():
+
+    def spawn(name: str, command: list[str]) -> None:
         log_file = (logs / f"{name}.log").open("ab")
-        children.append(
-            subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-        )
+        child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        children.append(child)
+        names[child.pid] = name
+
+    for name, command in commands.items():
+        spawn(name, command)
 
     stopping = False
 
@@ -128,6 +139,31 @@ def main(argv: list[str] | None = None) -> int:
     base = f"http://{args.host}:{args.port}"
     try:
         _wait_http(f"{base}/healthz", 60, children)
+        # Node agents (one per simulated node) connect over the agent link with their node tokens.
+        ws = f"ws://{args.host}:{args.port}/ws/agent/"
+        demo_nodes = ensure_demo_nodes(args.agents)
+        for node in demo_nodes:
+            spawn(
+                node.name,
+                [
+                    python,
+                    "-m",
+                    "agents",
+                    "--coordinator",
+                    ws,
+                    "--token-file",
+                    str(node.token_file),
+                    "--devices",
+                    str(args.devices_per_agent),
+                    "--worker",
+                    args.worker,
+                    "--node",
+                    node.name,
+                    "--run-dir",
+                    str(state_dir() / "agents" / node.name),
+                ],
+            )
+        healthy = wait_for_healthy_nodes([n.name for n in demo_nodes], timeout_s=30)
         ready_s = time.monotonic() - started
         print(f"\nUnicron control plane is up in {ready_s:.1f} s", flush=True)
         print(f"  dashboard      {base}/")
@@ -137,17 +173,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  database       {os.environ['DATABASE_URL']}")
         print(f"  redis          {os.environ['REDIS_URL']}")
         print(f"  logs           {logs}/")
+        print(
+            f"  agents         {healthy}/{args.agents} nodes healthy ({args.devices_per_agent} devices each)"
+        )
         for account in accounts:
             print(
                 f"  login {account.role:<9} user={account.username} password={account.password}"
                 f" token={account.token}"
             )
         print("Ctrl-C stops everything.", flush=True)
+        reported: set[int] = set()
         while not stopping and not args.exit_after_ready:
             for child in children:
-                if child.poll() is not None:
-                    print(f"{names[child.pid]} exited with code {child.returncode}; see {logs}/", flush=True)
-                    stopping = True
+                if child.poll() is None or child.pid in reported:
+                    continue
+                reported.add(child.pid)
+                name = names[child.pid]
+                print(f"{name} exited with code {child.returncode}; see {logs}/{name}.log", flush=True)
+                # a node agent dying is a drill the control plane must survive; its own services are not
+                stopping = stopping or name in commands
             time.sleep(0.5)
     finally:
         for child in children:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from controlplane.config.embedded import state_dir
 
@@ -50,9 +52,57 @@ def ensure_demo_accounts() -> list[DemoAccount]:
     return accounts
 
 
+@dataclass(frozen=True)
+class DemoNode:
+    name: str
+    token_file: Path
+
+
+def ensure_demo_nodes(count: int) -> list[DemoNode]:
+    """Register ``demo-node-1..count`` (or give existing ones a fresh token) and write each token to a
+    0600 file for its agent. Devices are filled in by each agent's Hello."""
+    from controlplane.apps.fleet.models import Node
+    from controlplane.apps.fleet.services import do_register_node, do_rotate_node_token
+
+    tokens = state_dir() / "tokens"
+    tokens.mkdir(mode=0o700, exist_ok=True)
+    nodes = []
+    for i in range(1, count + 1):
+        name = f"demo-node-{i}"
+        existing = Node.objects.filter(name=name).first()
+        token = do_rotate_node_token(None, existing) if existing else do_register_node(None, name)[1]
+        path = tokens / f"{name}.token"
+        path.write_text(token)
+        path.chmod(0o600)
+        nodes.append(DemoNode(name, path))
+    return nodes
+
+
+def wait_for_healthy_nodes(names: list[str], timeout_s: float) -> int:
+    """Wait until the named nodes report healthy over the agent link; return how many did."""
+    from controlplane.apps.fleet.models import Node
+
+    deadline = time.monotonic() + timeout_s
+    healthy = 0
+    while time.monotonic() < deadline:
+        healthy = Node.objects.filter(name__in=names, state="healthy").count()
+        if healthy == len(names):
+            break
+        time.sleep(0.25)
+    return healthy
+
+
 def ensure_demo_schedule() -> None:
     """Periodic control-plane tasks (heartbeat watchdog, transition timeouts) are registered by their apps;
     nothing extra is needed for the demo yet."""
 
 
-__all__ = ["DemoAccount", "asdict", "ensure_demo_accounts", "ensure_demo_schedule"]
+__all__ = [
+    "DemoAccount",
+    "DemoNode",
+    "asdict",
+    "ensure_demo_accounts",
+    "ensure_demo_nodes",
+    "ensure_demo_schedule",
+    "wait_for_healthy_nodes",
+]
