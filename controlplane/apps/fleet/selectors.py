@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from controlplane.apps.fleet.choices import CommandState
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
@@ -28,7 +28,8 @@ def get_node_for_token(token: str) -> Node | None:
 
 
 def list_nodes() -> QuerySet[Node]:
-    return Node.objects.all()
+    """Nodes with ``device_count`` annotated (one query for a page, not one per node)."""
+    return Node.objects.annotate(device_count=Count("devices"))
 
 
 def list_devices() -> QuerySet[Device]:

@@ -29,7 +29,7 @@ class DeviceSerializer(serializers.ModelSerializer[Device]):
 
 
 class NodeSerializer(serializers.ModelSerializer[Node]):
-    device_count = serializers.IntegerField(source="devices.count", read_only=True)
+    device_count = serializers.SerializerMethodField()
 
     class Meta:
         model = Node
@@ -45,6 +45,11 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "created_at",
             "updated_at",
         ]
+
+    def get_device_count(self, node: Node) -> int:
+        """Annotated by ``selectors.list_nodes`` for lists; counted for a single node from a service."""
+        annotated = getattr(node, "device_count", None)
+        return int(annotated) if annotated is not None else node.devices.count()
 
 
 class DeviceSpecSerializer(StrictInputSerializer):
