@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -221,3 +224,45 @@ class TestCoordinator:
         """Send a command and wait for its ack."""
         await self.send(node, message)
         return await self.wait_for(lambda: self.ack(message.command_id), timeout)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+async def spawn_agent(
+    url: str,
+    node: str,
+    devices: int,
+    run_dir: Path,
+    worker: str = "megatron",
+    token: str = "secret",
+    hang_floor: float = 4.5,
+) -> asyncio.subprocess.Process:
+    """Start a real node agent process (``python -m agents``) against ``url``; its output goes to
+    ``run_dir/agent.log``. Used by the agent tests and by ``bench/detection.py``."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = open(run_dir / "agent.log", "ab")  # noqa: SIM115 - owned by the child
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agents",
+        "--coordinator",
+        url,
+        "--token",
+        token,
+        "--devices",
+        str(devices),
+        "--worker",
+        worker,
+        "--node",
+        node,
+        "--run-dir",
+        str(run_dir),
+        "--hang-floor",
+        str(hang_floor),
+        cwd=str(REPO),
+        env=env,
+        stdout=log,
+        stderr=log,
+    )

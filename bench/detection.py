@@ -56,6 +56,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from agents import testing  # noqa: E402
 from agents.monitor import MonitorConfig  # noqa: E402
 from agents.supervisor import Supervisor  # noqa: E402
 from agents.testing import TestCoordinator  # noqa: E402
@@ -98,31 +99,8 @@ def make_launch(iterations: int = 10**7, timeout_s: float = 30.0) -> WorkerLaunc
 
 
 async def spawn_agent(url: str, run_dir: Path, hang_floor: float, worker: str = "megatron") -> Any:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    log = open(run_dir / "agent.log", "ab")  # noqa: SIM115 - owned by the child
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agents",
-        "--coordinator",
-        url,
-        "--token",
-        "bench",
-        "--devices",
-        "2",
-        "--worker",
-        worker,
-        "--node",
-        NODE,
-        "--run-dir",
-        str(run_dir),
-        "--hang-floor",
-        str(hang_floor),
-        cwd=str(REPO),
-        env=env,
-        stdout=log,
-        stderr=log,
+    return await testing.spawn_agent(
+        url, NODE, 2, run_dir, worker=worker, token="bench", hang_floor=hang_floor
     )
 
 

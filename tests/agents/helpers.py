@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import socket
-import sys
 from pathlib import Path
 
 from controlplane.core.protocol import (
@@ -51,40 +48,3 @@ def launch(
 
 def start_command(task_id: str, epoch: int, wl: WorkerLaunch, command_id: str) -> StartWorkersCommand:
     return StartWorkersCommand(command_id=command_id, task_id=task_id, epoch=epoch, launch=wl)
-
-
-async def spawn_agent(
-    url: str,
-    node: str,
-    devices: int,
-    run_dir: Path,
-    worker: str = "megatron",
-    token: str = "secret",
-    hang_floor: float = 4.5,
-) -> asyncio.subprocess.Process:
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log = open(run_dir / "agent.log", "ab")  # noqa: SIM115 - owned by the child
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agents",
-        "--coordinator",
-        url,
-        "--token",
-        token,
-        "--devices",
-        str(devices),
-        "--worker",
-        worker,
-        "--node",
-        node,
-        "--run-dir",
-        str(run_dir),
-        "--hang-floor",
-        str(hang_floor),
-        cwd=str(REPO),
-        env=env,
-        stdout=log,
-        stderr=log,
-    )

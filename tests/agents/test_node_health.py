@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.testing import TestCoordinator
-from tests.agents.helpers import spawn_agent
+from agents.testing import TestCoordinator, spawn_agent
 
 
 @pytest.mark.slow

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.testing import TestCoordinator
-from tests.agents.helpers import launch, spawn_agent, start_command
+from agents.testing import TestCoordinator, spawn_agent
+from tests.agents.helpers import launch, start_command
 
 pytestmark = pytest.mark.slow
 

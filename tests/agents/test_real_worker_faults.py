@@ -15,10 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agents.testing import TestCoordinator
+from agents.testing import TestCoordinator, spawn_agent
 from agents.training.hook import EXIT_EXCEPTION
 from controlplane.core.protocol import FaultSpec, InjectFaultCommand, WorkerReport
-from tests.agents.helpers import launch, spawn_agent, start_command
+from tests.agents.helpers import launch, start_command
 
 pytestmark = pytest.mark.slow
 
