@@ -28,6 +28,7 @@ from controlplane.core.protocol import (
     ParallelConfig,
     ProtocolError,
     RankAssignment,
+    RankMapping,
     ReconfigureCommand,
     Rendezvous,
     RetryCommand,
@@ -35,6 +36,7 @@ from controlplane.core.protocol import (
     StateSource,
     StopWorkersCommand,
     StragglerVerdict,
+    TransitionReport,
     WorkerEvent,
     WorkerException,
     WorkerExited,
@@ -156,6 +158,19 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
         StragglerVerdict(iteration=140, compute_s=0.031, peer_median_s=0.010, ratio=3.1, stack=""),
         "statistical_monitoring",
     ),
+    "worker_report.transition": _report(
+        TransitionReport(
+            from_epoch=2,
+            iteration=117,
+            in_place=True,
+            source="local_device",
+            bytes_moved=0,
+            phases_s={"teardown": 0.004, "rendezvous": 0.21, "migrate": 0.0, "recompute": 0.031},
+            reused_micro_batches=6,
+            recomputed_micro_batches=2,
+        ),
+        None,
+    ),
     "ack": _agent(Ack(command_id="cmd-41", outcome="done", detail="2 workers started")),
     "protocol_error.agent": _agent(
         ProtocolError(
@@ -171,7 +186,14 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
     ),
     "reconfigure": _coord(
         ReconfigureCommand(
-            command_id="cmd-43", task_id="gpt-small", epoch=3, launch=LAUNCH, resume_iteration=117
+            command_id="cmd-43",
+            task_id="gpt-small",
+            epoch=3,
+            launch=LAUNCH,
+            resume_iteration=117,
+            previous_epoch=2,
+            previous_parallel=ParallelConfig(tp=1, pp=1, dp=4),
+            survivors=[RankMapping(old_rank=0, new_rank=0), RankMapping(old_rank=2, new_rank=1)],
         )
     ),
     "retry": _coord(

@@ -125,6 +125,8 @@ class StateSource(_Model):
     source_node: str | None = None
     source_rank: int | None = None
     path: str | None = None
+    endpoint: str | None = Field(default=None, description="host:port of the node agent holding it")
+    iteration: int | None = Field(default=None, description="iteration the state belongs to")
 
 
 class WorkerLaunch(_Model):
@@ -141,6 +143,17 @@ class WorkerLaunch(_Model):
     checkpoint_interval: int = Field(default=0, ge=0, description="0: never save")
     collective_timeout_s: float = Field(default=60.0, gt=0)
     state_sources: list[StateSource] = Field(default_factory=list)
+    snapshot_interval: int = Field(default=0, ge=0, description="in-memory snapshot every K; 0: off")
+    snapshot_replica: str | None = Field(
+        default=None, description="host:port of the peer agent that keeps a copy of this node's snapshots"
+    )
+
+
+class RankMapping(_Model):
+    """A rank that survives a reconfiguration in place: its old global rank and its new one."""
+
+    old_rank: int = Field(ge=0)
+    new_rank: int = Field(ge=0)
 
 
 class FaultSpec(_Model):
@@ -168,6 +181,17 @@ class WorkerStatus(_Model):
 # --------------------------------------------------------------------------------------------------
 
 
+class SnapshotInfo(_Model):
+    """An in-memory snapshot of a task's state that an agent holds (its own or a peer's replica)."""
+
+    task_id: str
+    epoch: int = Field(ge=0)
+    iteration: int = Field(ge=0)
+    ranks: list[int] = Field(description="ranks (of that epoch) whose shards it holds")
+    origin_node: str
+    nbytes: int = Field(ge=0)
+
+
 class Hello(_Model):
     """First frame of every connection: who the agent is and what it has."""
 
@@ -178,6 +202,10 @@ class Hello(_Model):
     devices: list[DeviceInfo]
     workers: list[WorkerStatus] = Field(default_factory=list, description="still running (reconnect)")
     task_epochs: dict[str, int] = Field(default_factory=dict, description="newest epoch seen per task")
+    snapshot_endpoint: str | None = Field(
+        default=None, description="host:port where this agent serves in-memory snapshots to peers"
+    )
+    snapshots: list[SnapshotInfo] = Field(default_factory=list, description="snapshots this agent holds")
 
 
 class Heartbeat(_Model):
@@ -187,6 +215,7 @@ class Heartbeat(_Model):
     uptime_s: float = Field(ge=0)
     workers: list[WorkerStatus] = Field(default_factory=list)
     pending_reports: int = Field(default=0, ge=0, description="reports buffered, not yet delivered")
+    snapshots: list[SnapshotInfo] = Field(default_factory=list, description="snapshots this agent holds")
 
 
 class WorkerStarted(_Model):
@@ -254,8 +283,39 @@ class StragglerVerdict(_Model):
     stack: str = ""
 
 
+TransitionPhase = Literal["teardown", "rendezvous", "migrate", "recompute", "first_iteration"]
+
+
+class TransitionReport(_Model):
+    """A rank finished moving into a new epoch (DESIGN §7): how, from where, and what it cost.
+
+    Sent once per rank after its first completed iteration in the new epoch. ``phases_s`` holds the
+    time spent per phase (teardown of the old groups, rendezvous of the new ones, state migration,
+    recomputation of the interrupted iteration's unfinished micro-batches, the first iteration).
+    """
+
+    kind: Literal["transition"] = "transition"
+    from_epoch: int | None = Field(description="None: the rank did not exist before (fresh start)")
+    iteration: int = Field(ge=0, description="first iteration completed in the new epoch")
+    in_place: bool = Field(description="True: the process survived and rebuilt its groups")
+    source: StateSourceKind
+    source_node: str | None = None
+    source_rank: int | None = None
+    bytes_moved: int = Field(default=0, ge=0)
+    phases_s: dict[TransitionPhase, float] = Field(default_factory=dict)
+    reused_micro_batches: int = Field(default=0, ge=0, description="partial results kept")
+    recomputed_micro_batches: int = Field(default=0, ge=0, description="lost work, in micro-batches")
+    rolled_back_iterations: int = Field(default=0, ge=0, description="iterations redone (checkpoint)")
+
+
 WorkerEvent = Annotated[
-    WorkerStarted | WorkerExited | WorkerException | IterationStats | HangVerdict | StragglerVerdict,
+    WorkerStarted
+    | WorkerExited
+    | WorkerException
+    | IterationStats
+    | HangVerdict
+    | StragglerVerdict
+    | TransitionReport,
     Field(discriminator="kind"),
 ]
 
@@ -310,11 +370,23 @@ class StopWorkersCommand(_Command):
 
 
 class ReconfigureCommand(_Command):
-    """Stop the task's local workers and start them again with new ranks / world / parallel config."""
+    """Move the task's local workers to a new epoch: new ranks / world / parallel config (DESIGN §7).
+
+    Ranks listed in ``survivors`` whose process is still alive on this node rebuild their process
+    groups in place, keeping model, optimizer and accumulated gradients; the other local ranks of
+    ``launch`` start fresh processes and take their state from ``launch.state_sources``; local
+    workers of the task not in ``launch.ranks`` stop. ``survivors`` lists every surviving rank of
+    the task (all nodes), so each worker knows which of the previous epoch's micro-batches are lost.
+    """
 
     type: Literal["reconfigure"] = "reconfigure"
     launch: WorkerLaunch
-    resume_iteration: int | None = None
+    resume_iteration: int | None = Field(
+        default=None, description="the interrupted iteration to finish first (None: the next one)"
+    )
+    previous_epoch: int | None = None
+    previous_parallel: ParallelConfig | None = None
+    survivors: list[RankMapping] = Field(default_factory=list)
 
 
 class RetryCommand(_Command):
