@@ -4,7 +4,12 @@
    started here and owned by this process (their URLs are exported to every child).
 2. Migrations, demo accounts (admin, operator, viewer) with printed passwords and API tokens.
 3. daphne (HTTP + WebSockets), a Celery worker and Celery beat as child processes.
-4. Prints the URLs and the time from command to ready; Ctrl-C (or SIGTERM) stops the children and the
+4. Node agents (``--agents`` x ``--devices-per-agent`` CPU devices) running real Megatron-Core workers.
+5. The workload (three GPT tasks of different weights, submitted through the REST API) and a fault
+   schedule that cycles through every failure class (``--fault-every`` seconds; ``--no-faults`` turns it
+   off); an agent killed by a node-loss drill is restarted after ``--repair-after`` seconds (the node
+   returns). What the control plane does is printed as it happens (:mod:`controlplane.config.demo_scenario`).
+6. Prints the URLs and the time from command to ready; Ctrl-C (or SIGTERM) stops the children and the
    embedded servers.
 """
 
@@ -20,6 +25,7 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
+from controlplane.config.demo_scenario import Api, ApiError, EventLog, FaultSchedule, submit_demo_tasks
 from controlplane.config.embedded import ensure_database_url, ensure_redis_url, state_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +46,10 @@ def _wait_http(url: str, timeout_s: float, children: list[subprocess.Popen[bytes
     raise SystemExit(f"{url} did not answer within {timeout_s:.0f} s")
 
 
+def say(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -50,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices-per-agent", type=int, default=2)
     parser.add_argument("--worker", choices=["megatron", "sim"], default="megatron")
     parser.add_argument("--exit-after-ready", action="store_true", help="stop once everything is up (smoke)")
+    parser.add_argument("--no-tasks", action="store_true", help="do not submit the demo tasks")
+    parser.add_argument("--no-faults", action="store_true", help="no fault-injection schedule")
+    parser.add_argument("--fault-every", type=float, default=60.0, help="seconds between fault drills")
+    parser.add_argument("--first-fault-after", type=float, default=45.0)
+    parser.add_argument("--repair-after", type=float, default=30.0, help="restart a lost node's agent after")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -118,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     children: list[subprocess.Popen[bytes]] = []
     names: dict[int, str] = {}
 
+    agent_commands: dict[str, list[str]] = {}
+
     def spawn(name: str, command: list[str]) -> None:
         log_file = (logs / f"{name}.log").open("ab")
         child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
@@ -143,26 +160,24 @@ def main(argv: list[str] | None = None) -> int:
         ws = f"ws://{args.host}:{args.port}/ws/agent/"
         demo_nodes = ensure_demo_nodes(args.agents)
         for node in demo_nodes:
-            spawn(
+            agent_commands[node.name] = [
+                python,
+                "-m",
+                "agents",
+                "--coordinator",
+                ws,
+                "--token-file",
+                str(node.token_file),
+                "--devices",
+                str(args.devices_per_agent),
+                "--worker",
+                args.worker,
+                "--node",
                 node.name,
-                [
-                    python,
-                    "-m",
-                    "agents",
-                    "--coordinator",
-                    ws,
-                    "--token-file",
-                    str(node.token_file),
-                    "--devices",
-                    str(args.devices_per_agent),
-                    "--worker",
-                    args.worker,
-                    "--node",
-                    node.name,
-                    "--run-dir",
-                    str(state_dir() / "agents" / node.name),
-                ],
-            )
+                "--run-dir",
+                str(state_dir() / "agents" / node.name),
+            ]
+            spawn(node.name, agent_commands[node.name])
         healthy = wait_for_healthy_nodes([n.name for n in demo_nodes], timeout_s=30)
         ready_s = time.monotonic() - started
         print(f"\nUnicron control plane is up in {ready_s:.1f} s", flush=True)
@@ -182,17 +197,45 @@ def main(argv: list[str] | None = None) -> int:
                 f" token={account.token}"
             )
         print("Ctrl-C stops everything.", flush=True)
+        operator = next(a for a in accounts if a.role == "operator")
+        api = Api(base, operator.token)
+        schedule: FaultSchedule | None = None
+        if not args.no_tasks and not args.exit_after_ready:
+            for task in submit_demo_tasks(api):
+                say(f"submitted task {task['name']} (weight {task['weight']})")
+            if not args.no_faults:
+                schedule = FaultSchedule(api, args.fault_every, args.first_fault_after)
+                say(f"fault drills every {args.fault_every:.0f} s, first in {args.first_fault_after:.0f} s")
+        events = EventLog(api)
         reported: set[int] = set()
+        repairs: dict[str, float] = {}
+        next_poll = 0.0
         while not stopping and not args.exit_after_ready:
-            for child in children:
+            for child in list(children):
                 if child.poll() is None or child.pid in reported:
                     continue
                 reported.add(child.pid)
                 name = names[child.pid]
-                print(f"{name} exited with code {child.returncode}; see {logs}/{name}.log", flush=True)
+                say(f"{name} exited with code {child.returncode}; see {logs}/{name}.log")
                 # a node agent dying is a drill the control plane must survive; its own services are not
                 stopping = stopping or name in commands
-            time.sleep(0.5)
+                if name in agent_commands:
+                    repairs[name] = time.monotonic() + args.repair_after
+            for name, due in list(repairs.items()):
+                if time.monotonic() >= due:
+                    del repairs[name]
+                    spawn(name, agent_commands[name])
+                    say(f"{name}: agent restarted (node repaired)")
+            if time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + 1.0
+                try:
+                    if schedule is not None and (line := schedule.tick()) is not None:
+                        say(line)
+                    for line in events.poll():
+                        say(line)
+                except (ApiError, OSError) as exc:
+                    say(f"(demo could not reach the API: {exc})")
+            time.sleep(0.25)
     finally:
         for child in children:
             if child.poll() is None:

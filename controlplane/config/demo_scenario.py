@@ -1,0 +1,166 @@
+"""The demo's workload and fault schedule, driven through the public REST API like a user would.
+
+- :func:`submit_demo_tasks` submits three small GPT tasks with different weights (operator token).
+- :class:`FaultSchedule` injects one fault per interval, cycling through every failure class
+  (crash, exception, hang, network error, straggler, node loss), each on a node that runs a task.
+- :class:`EventLog` prints what the control plane did: failure events (detector, severity, action,
+  detection latency), plans and transitions (state, time, lost work, migration sources).
+
+Everything here talks HTTP to the running server; nothing reaches into the database.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+FAULT_CYCLE: tuple[str, ...] = ("crash", "exception", "network_error", "hang", "straggler", "node_loss")
+"""Every failure class of DESIGN §5, in the order the demo injects them."""
+
+DEMO_TASKS: tuple[dict[str, Any], ...] = (
+    {"name": "gpt-alpha", "weight": 3.0, "min_workers": 2, "max_workers": 4},
+    {"name": "gpt-beta", "weight": 2.0, "min_workers": 2, "max_workers": 4},
+    {"name": "gpt-gamma", "weight": 1.0, "min_workers": 1, "max_workers": 2},
+)
+TINY_GPT: dict[str, Any] = {
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "seq_length": 32,
+    "vocab_size": 128,
+    "global_batch_size": 16,
+    "micro_batch_size": 2,
+}
+
+
+class ApiError(RuntimeError):
+    pass
+
+
+@dataclass
+class Api:
+    base: str
+    token: str
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            f"{self.base}/api/v1/{path}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"Token {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise ApiError(
+                f"{method} {path}: HTTP {exc.code} {exc.read().decode(errors='replace')}"
+            ) from None
+        return json.loads(raw) if raw else None
+
+    def items(self, path: str) -> list[dict[str, Any]]:
+        got = self.call("GET", path)
+        return list(got["results"] if isinstance(got, dict) and "results" in got else got)
+
+
+def submit_demo_tasks(api: Api) -> list[dict[str, Any]]:
+    """Submit the demo tasks unless tasks with those names are already active (a restarted demo)."""
+    active = {
+        t["name"]
+        for t in api.items("tasks/?limit=200")
+        if t["state"] not in ("completed", "failed", "cancelled")
+    }
+    made = []
+    for spec in DEMO_TASKS:
+        if spec["name"] in active:
+            continue
+        made.append(api.call("POST", "tasks/", {**TINY_GPT, **spec}))
+    return made
+
+
+@dataclass
+class FaultSchedule:
+    """One fault every ``every_s`` seconds, cycling through :data:`FAULT_CYCLE`."""
+
+    api: Api
+    every_s: float
+    first_after_s: float = 45.0
+    kinds: itertools.cycle[str] = field(default_factory=lambda: itertools.cycle(FAULT_CYCLE))
+    next_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.next_at = time.monotonic() + self.first_after_s
+
+    def tick(self) -> str | None:
+        """Inject the next fault if it is due; returns a line to print (or None)."""
+        if time.monotonic() < self.next_at:
+            return None
+        self.next_at = time.monotonic() + self.every_s
+        kind = next(self.kinds)
+        target = self._target()
+        if target is None:
+            return f"fault drill {kind}: skipped (no running task with devices yet)"
+        node_id, node_name, task, rank = target
+        body: dict[str, Any] = {"fault": kind}
+        if kind != "node_loss":
+            body.update(task=task["id"], rank=rank)
+        try:
+            self.api.call("POST", f"nodes/{node_id}/inject-fault/", body)
+        except ApiError as exc:
+            return f"fault drill {kind} on {node_name}: refused ({exc})"
+        where = f"{node_name}" if kind == "node_loss" else f"{node_name}, task {task['name']} rank {rank}"
+        return f"fault drill: {kind} -> {where}"
+
+    def _target(self) -> tuple[int, str, dict[str, Any], int] | None:
+        tasks = [
+            t for t in self.api.items("tasks/?limit=200") if t["state"] == "running" and t["allocations"]
+        ]
+        if not tasks:
+            return None
+        task = max(tasks, key=lambda t: (len(t["allocations"]), -t["id"]))
+        alloc = task["allocations"][-1]  # the highest rank: rank 0 also hosts the rendezvous
+        nodes = {n["name"]: n["id"] for n in self.api.items("nodes/?limit=500")}
+        return nodes[alloc["node"]], alloc["node"], task, int(alloc["rank"])
+
+
+@dataclass
+class EventLog:
+    """Prints new failure events and transitions as the control plane records them."""
+
+    api: Api
+    seen_events: set[int] = field(default_factory=set)
+    transition_states: dict[int, str] = field(default_factory=dict)
+
+    def poll(self) -> list[str]:
+        lines: list[str] = []
+        for ev in reversed(self.api.items("failure-events/?limit=20")):
+            if ev["id"] in self.seen_events:
+                continue
+            self.seen_events.add(ev["id"])
+            lines.append(
+                f"failure #{ev['id']}: {ev['severity']} {ev['kind']} on {ev.get('node_name') or '-'}"
+                f" by {ev['detector']} -> {ev['action']}"
+            )
+        for tr in reversed(self.api.items("transitions/?limit=20")):
+            state = tr["state"]
+            if self.transition_states.get(tr["id"]) == state:
+                continue
+            self.transition_states[tr["id"]] = state
+            extra = ""
+            if state in ("completed", "failed", "rolled_back"):
+                sources = sorted({str(s) for s in (tr.get("migration_sources") or {}).values()})
+                extra = (
+                    f", {tr.get('old_workers')}->{tr.get('new_workers')} workers"
+                    f", lost {tr.get('lost_microbatches', 0)} micro-batches"
+                    f", sources {', '.join(sources) or '-'}"
+                )
+            lines.append(
+                f"transition #{tr['id']} of task {tr['task']} -> epoch {tr['epoch']}: {state}{extra}"
+            )
+        return lines
