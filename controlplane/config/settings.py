@@ -165,6 +165,23 @@ UNICRON_SUSPECT_AFTER_S = env_float("UNICRON_SUSPECT_AFTER_S", 2.0, minimum=0.1)
 UNICRON_LOST_AFTER_S = env_float("UNICRON_LOST_AFTER_S", 3.0, minimum=0.1)
 UNICRON_METRICS_MAX_POINTS = env_int("UNICRON_METRICS_MAX_POINTS", 500, minimum=2)
 
+# Workload manager and failure handling (DESIGN §5.2, §6, §7). Seconds unless named otherwise.
+UNICRON_ORCHESTRATION = env_bool("UNICRON_ORCHESTRATION", True)  # false: no replan/handling is enqueued
+UNICRON_MTBF_NODE_S = env_float("UNICRON_MTBF_NODE_S", 6350 * 3600.0, minimum=1.0)  # Llama 3 rate, §13
+UNICRON_D_RUNNING_CAP_S = env_float("UNICRON_D_RUNNING_CAP_S", 3600.0, minimum=1.0)
+UNICRON_TRANSITION_RESTART_S = env_float("UNICRON_TRANSITION_RESTART_S", 30.0, minimum=0.0)
+UNICRON_TRANSITION_ROLLBACK_S = env_float("UNICRON_TRANSITION_ROLLBACK_S", 900.0, minimum=0.0)
+UNICRON_SETTLE_WINDOW_S = env_float("UNICRON_SETTLE_WINDOW_S", 0.4, minimum=0.0)
+UNICRON_STEP_DEADLINE_S = env_float("UNICRON_STEP_DEADLINE_S", 60.0, minimum=0.1)  # acks of a step
+UNICRON_RESUME_DEADLINE_S = env_float("UNICRON_RESUME_DEADLINE_S", 180.0, minimum=0.1)  # first iteration
+UNICRON_CHECKPOINT_ROOT = env_str("UNICRON_CHECKPOINT_ROOT", str(BASE_DIR / ".run" / "checkpoints"))
+UNICRON_CHECKPOINT_INTERVAL = env_int("UNICRON_CHECKPOINT_INTERVAL", 50, minimum=0)
+UNICRON_SNAPSHOT_INTERVAL = env_int("UNICRON_SNAPSHOT_INTERVAL", 10, minimum=0)
+UNICRON_RENDEZVOUS_PORT_BASE = env_int("UNICRON_RENDEZVOUS_PORT_BASE", 31000, minimum=1024)
+UNICRON_RENDEZVOUS_PORT_SPAN = env_int("UNICRON_RENDEZVOUS_PORT_SPAN", 20000, minimum=1)
+UNICRON_RENDEZVOUS_TIMEOUT_S = env_float("UNICRON_RENDEZVOUS_TIMEOUT_S", 60.0, minimum=1.0)
+UNICRON_COLLECTIVE_TIMEOUT_S = env_float("UNICRON_COLLECTIVE_TIMEOUT_S", 30.0, minimum=1.0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

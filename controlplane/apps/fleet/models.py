@@ -67,6 +67,14 @@ class AgentCommand(models.Model):
         "training.TrainingTask", null=True, blank=True, on_delete=models.SET_NULL, related_name="commands"
     )
     task_epoch = models.PositiveIntegerField(null=True, blank=True)
+    transition = models.ForeignKey(
+        "planning.Transition",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="commands",
+        help_text="The transition this command carries out (its ack advances it).",
+    )
     state = models.CharField(max_length=16, choices=CommandState.choices, default=CommandState.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)

@@ -13,6 +13,7 @@ class Detector(models.TextChoices):
     EXCEPTION_PROPAGATION = "exception_propagation", "Exception propagation"
     STATISTICAL_MONITORING = "statistical_monitoring", "Online statistical monitoring"
     OPERATOR = "operator", "Operator / fault injection"
+    ORCHESTRATOR = "orchestrator", "Orchestrator (a recovery action failed)"
 
 
 class Severity(models.TextChoices):

@@ -39,6 +39,26 @@ class FailureEvent(models.Model):
     escalated_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="escalations"
     )
+    task_epoch = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The task epoch the evidence belongs to (fencing)."
+    )
+    handled_at = models.DateTimeField(null=True, blank=True)
+    handled_by = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="absorbed",
+        help_text="The event whose action handled this one (itself when it was acted on).",
+    )
+    transition = models.ForeignKey(
+        "planning.Transition",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="failure_events",
+        help_text="The transition that carried out the action.",
+    )
 
     class Meta:
         ordering = ["-detected_at", "-id"]
@@ -46,6 +66,7 @@ class FailureEvent(models.Model):
             models.Index(fields=["detected_at"], name="failure_detected_at"),
             models.Index(fields=["node", "detected_at"], name="failure_node_detected_at"),
             models.Index(fields=["device", "severity", "detected_at"], name="failure_device_sev_at"),
+            models.Index(fields=["task", "handled_at"], name="failure_task_handled"),
         ]
 
     def __str__(self) -> str:

@@ -18,6 +18,16 @@ class PlanTrigger(models.TextChoices):
     MANUAL = "manual"
 
 
+class TransitionKind(models.TextChoices):
+    """What a transition does to the task's workers."""
+
+    LAUNCH = "launch"  # 0 -> x: start workers
+    RECONFIGURE = "reconfigure"  # x -> y (or new devices): reconfigure at a new epoch
+    RESTART = "restart"  # sev2: same devices, new epoch, failed ranks restarted
+    RETRY = "retry"  # sev3: same processes config, new rendezvous
+    SUSPEND = "suspend"  # x -> 0: stop workers
+
+
 class TransitionState(models.TextChoices):
     PENDING = "pending"
     RUNNING = "running"

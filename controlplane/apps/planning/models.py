@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from controlplane.apps.planning.choices import PlanTrigger, StepState, TransitionState
+from controlplane.apps.planning.choices import PlanTrigger, StepState, TransitionKind, TransitionState
 
 
 class Plan(models.Model):
@@ -24,6 +24,10 @@ class Plan(models.Model):
     transition_cost = models.FloatField(default=0.0)
     d_running_s = models.FloatField(default=0.0, help_text="D_running used (seconds).")
     compute_time_ms = models.FloatField(default=0.0)
+    lookup = models.BooleanField(
+        default=False, help_text="True: the decision was a precomputed plan (a lookup), not a fresh DP."
+    )
+    explanation = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -40,8 +44,24 @@ class Transition(models.Model):
     task = models.ForeignKey("training.TrainingTask", on_delete=models.CASCADE, related_name="transitions")
     state = models.CharField(max_length=16, choices=TransitionState.choices, default=TransitionState.PENDING)
     epoch = models.PositiveIntegerField(help_text="The task epoch this transition moves to.")
+    kind = models.CharField(max_length=16, choices=TransitionKind.choices, default=TransitionKind.RECONFIGURE)
+    failure_event = models.ForeignKey(
+        "incidents.FailureEvent",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The failure this transition recovers from (None: a plan-driven change).",
+    )
     old_workers = models.PositiveIntegerField(default=0)
     new_workers = models.PositiveIntegerField(default=0)
+    previous_epoch = models.PositiveIntegerField(null=True, blank=True)
+    rendezvous_port = models.PositiveIntegerField(null=True, blank=True)
+    resume_iteration = models.PositiveBigIntegerField(null=True, blank=True)
+    phases_s = models.JSONField(default=dict, blank=True, help_text="Seconds per phase.")
+    detection_latency_s = models.FloatField(
+        null=True, blank=True, help_text="Failure detected_at - occurred_at."
+    )
     lost_microbatches = models.PositiveIntegerField(default=0)
     lost_work_s = models.FloatField(default=0.0, help_text="Recomputation the transition cost, in seconds.")
     migration_sources = models.JSONField(default=dict, blank=True, help_text="Source used per rank.")
@@ -69,6 +89,7 @@ class TransitionStep(models.Model):
     detail = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["transition_id", "order"]

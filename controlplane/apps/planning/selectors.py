@@ -1,10 +1,68 @@
-"""Planning queries."""
+"""Planning queries, and the planner's view of the cluster built from the database.
+
+:func:`build_cluster_state` / :func:`build_planning_problem` turn rows into the pure planner's input
+(``controlplane.core.planning``), the same way every time, so equal cluster states give equal (hashable)
+problems and a precomputed plan can be found by value:
+
+- **Capacity**: devices in state ``healthy`` on nodes that are ``healthy``, not quarantined and not
+  draining, of the cluster's planning device kind (the kind with most usable devices; a mixed cluster
+  is planned over that kind only). One planning unit is one device (``unit_size = 1``); a task's
+  ``allocation_unit`` restricts its own feasible counts.
+- **Tasks**: every task that is pending, running, reconfiguring or suspended, in id order. ``workers``
+  = its active allocations on usable devices; ``hit`` = it holds devices that are no longer usable (a
+  lost node, an isolated device) or it is named in ``hit_tasks`` (a failure struck it).
+- **Throughput tables**: from the task's model spec on the device kind (CPU slots: ``cpu-slot``), with
+  the efficiency factors last calibrated from its measured iteration times
+  (``TrainingTask.throughput_table["efficiency"]``, written by the workload manager), up to
+  ``min(max_workers, devices of the kind in the fleet)`` so the table does not change when capacity does.
+- **D_running**: MTBF per node (``UNICRON_MTBF_NODE_S``) / registered, non-quarantined nodes, capped at
+  ``UNICRON_D_RUNNING_CAP_S`` (§6.2). The fleet size, not the usable nodes, so a node loss leaves it
+  unchanged and the precomputed plan for that loss matches the problem rebuilt after it.
+- **D_transition**: :class:`~controlplane.core.planning.TransitionModel` with the task's model-state
+  bytes and ``UNICRON_TRANSITION_RESTART_S`` / ``UNICRON_TRANSITION_ROLLBACK_S``.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
 from django.db.models import Prefetch, QuerySet
 
+from controlplane.apps.fleet.choices import DeviceState, NodeState
+from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.planning.models import Plan, Transition, TransitionStep
+from controlplane.apps.training.choices import TaskState
+from controlplane.apps.training.fit import ClusterKind, _device_kind
+from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.core.orchestration import DeviceSlot
+from controlplane.core.planning import (
+    DEVICE_KINDS,
+    ClusterState,
+    DeviceKind,
+    Efficiency,
+    GPTSpec,
+    PlanningProblem,
+    ThroughputTable,
+    TransitionModel,
+    build_throughput_table,
+    expected_running_duration_s,
+)
+from controlplane.core.planning import (
+    TaskState as PlannerTask,
+)
+
+PLANNED_TASK_STATES = (
+    TaskState.PENDING,
+    TaskState.RUNNING,
+    TaskState.RECONFIGURING,
+    TaskState.SUSPENDED,
+)
+DEFAULT_DEVICE_KIND = "cpu-slot"
 
 
 def list_plans() -> QuerySet[Plan]:
@@ -14,3 +72,214 @@ def list_plans() -> QuerySet[Plan]:
 def list_transitions() -> QuerySet[Transition]:
     steps = Prefetch("steps", queryset=TransitionStep.objects.order_by("order"))
     return Transition.objects.select_related("plan", "task").prefetch_related(steps)
+
+
+# --------------------------------------------------------------------------------------------------
+# The planner's view of the cluster
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldDevice:
+    """A device in a task's active allocation."""
+
+    slot: DeviceSlot
+    rank: int
+    usable: bool
+
+
+@dataclass
+class ClusterView:
+    """Everything the workload manager reads from the database for one decision."""
+
+    device_kind: str
+    kind: DeviceKind
+    usable: list[DeviceSlot]
+    """Usable devices of the planning kind."""
+    usable_nodes: list[str]
+    nodes_by_name: dict[str, Node]
+    tasks: list[TrainingTask]
+    held: dict[int, list[HeldDevice]] = field(default_factory=dict)
+    """task pk -> its active allocation (every device, usable or not), by rank."""
+    fleet_devices: int = 0
+    fleet_nodes: int = 0
+    returning_nodes: tuple[str, ...] = ()
+    units_per_node: int = 1
+
+    def free(self) -> list[DeviceSlot]:
+        taken = {h.slot for hs in self.held.values() for h in hs}
+        return [d for d in self.usable if d not in taken]
+
+    def current(self, task_pk: int) -> dict[DeviceSlot, int]:
+        """The task's usable devices with their ranks."""
+        return {h.slot: h.rank for h in self.held.get(task_pk, []) if h.usable}
+
+
+def _planning_kind(devices: list[tuple[str, bool]]) -> str:
+    usable = Counter(k for k, ok in devices if ok)
+    if usable:
+        return max(sorted(usable), key=lambda k: usable[k])
+    every = Counter(k for k, _ in devices)
+    return max(sorted(every), key=lambda k: every[k]) if every else DEFAULT_DEVICE_KIND
+
+
+def load_cluster() -> ClusterView:
+    """Read nodes, devices, planned tasks and their active allocations (a handful of queries)."""
+    nodes = {n.pk: n for n in Node.objects.all()}
+    devices = list(Device.objects.all())
+
+    def node_ok(n: Node) -> bool:
+        return n.state == NodeState.HEALTHY and not n.quarantined
+
+    rows = [(d.kind, node_ok(nodes[d.node_id]) and d.state == DeviceState.HEALTHY) for d in devices]
+    kind_name = _planning_kind(rows)
+    of_kind = [d for d in devices if d.kind == kind_name]
+    memory = min((d.memory_bytes for d in of_kind), default=0)
+    per_node = Counter(d.node_id for d in of_kind)
+    known = DEVICE_KINDS.get(kind_name)
+    if known is not None:
+        kind = known
+    else:
+        kind = _device_kind(
+            ClusterKind(kind_name, len(of_kind), memory or 1, max(per_node.values(), default=1))
+        )
+    slot = {d.pk: DeviceSlot(nodes[d.node_id].name, d.index, d.pk) for d in devices}
+    usable = sorted(
+        slot[d.pk] for d, (_, ok) in zip(devices, rows, strict=True) if ok and d.kind == kind_name
+    )
+    usable_ids = {s.device_id for s in usable}
+    usable_nodes = sorted({s.node for s in usable})
+    tasks = list(TrainingTask.objects.filter(state__in=PLANNED_TASK_STATES).order_by("pk"))
+    held: dict[int, list[HeldDevice]] = {}
+    active = Allocation.objects.filter(active=True, task__in=[t.pk for t in tasks])
+    for a in active.order_by("task_id", "rank"):
+        ok = a.device_id in usable_ids
+        held.setdefault(a.task_id, []).append(HeldDevice(slot[a.device_id], a.rank, ok))
+    usable_per_node = Counter(s.node for s in usable)
+    units = Counter(usable_per_node.values()).most_common(1)
+    returning = tuple(
+        sorted(
+            n.name
+            for n in nodes.values()
+            if not n.quarantined and n.state in (NodeState.LOST, NodeState.ISOLATED, NodeState.JOINING)
+        )
+    )
+    return ClusterView(
+        device_kind=kind_name,
+        kind=kind,
+        usable=usable,
+        usable_nodes=usable_nodes,
+        nodes_by_name={n.name: n for n in nodes.values()},
+        tasks=tasks,
+        held=held,
+        fleet_devices=len(of_kind),
+        fleet_nodes=sum(1 for n in nodes.values() if not n.quarantined),
+        returning_nodes=returning,
+        units_per_node=units[0][0] if units else 1,
+    )
+
+
+def task_spec(task: TrainingTask) -> GPTSpec:
+    return GPTSpec(
+        num_layers=task.num_layers,
+        hidden_size=task.hidden_size,
+        num_attention_heads=task.num_attention_heads,
+        seq_length=task.seq_length,
+        vocab_size=task.vocab_size,
+        global_batch_size=task.global_batch_size,
+        micro_batch_size=task.micro_batch_size,
+    )
+
+
+def stored_efficiency(task: TrainingTask, device_kind: str) -> Efficiency:
+    """The efficiency factors last calibrated for ``task`` on ``device_kind`` (defaults otherwise)."""
+    data: Any = task.throughput_table or {}
+    eff = data.get("efficiency") if isinstance(data, dict) else None
+    if not isinstance(eff, dict) or data.get("device_kind") != device_kind:
+        return Efficiency()
+    try:
+        return Efficiency(float(eff["compute"]), float(eff["communication"]), float(eff["overhead_s"]))
+    except (KeyError, TypeError, ValueError):
+        return Efficiency()
+
+
+@lru_cache(maxsize=256)
+def _table(spec: GPTSpec, kind: DeviceKind, max_workers: int, unit: int, eff: Efficiency) -> ThroughputTable:
+    return build_throughput_table(spec, kind, max_workers, eff, unit=unit)
+
+
+def task_table(task: TrainingTask, view: ClusterView, eff: Efficiency | None = None) -> ThroughputTable:
+    """T(t, x) of ``task`` on the cluster's planning kind (cached: equal inputs give the same object)."""
+    bound = max(min(task.max_workers, view.fleet_devices), 0)
+    eff = eff if eff is not None else stored_efficiency(task, view.device_kind)
+    return _table(task_spec(task), view.kind, bound, task.allocation_unit, eff)
+
+
+def transition_model(task: TrainingTask) -> TransitionModel:
+    return TransitionModel(
+        state_bytes=task_spec(task).model_state_bytes(),
+        restart_s=float(settings.UNICRON_TRANSITION_RESTART_S),
+        rollback_s=float(settings.UNICRON_TRANSITION_ROLLBACK_S),
+    )
+
+
+def d_running_s(view: ClusterView) -> float:
+    return expected_running_duration_s(
+        float(settings.UNICRON_MTBF_NODE_S),
+        view.fleet_nodes,
+        cap_s=float(settings.UNICRON_D_RUNNING_CAP_S),
+    )
+
+
+def planner_task(task: TrainingTask, view: ClusterView, hit: bool = False) -> PlannerTask:
+    held = view.held.get(task.pk, [])
+    workers = sum(1 for h in held if h.usable)
+    return PlannerTask(
+        task_id=str(task.pk),
+        weight=float(task.weight),
+        table=task_table(task, view),
+        workers=workers,
+        hit=hit or any(not h.usable for h in held),
+        min_workers=task.min_workers,
+        max_workers=task.max_workers,
+        transition=transition_model(task),
+    )
+
+
+def cluster_state_of(view: ClusterView, hit_tasks: Iterable[int] = ()) -> ClusterState:
+    hits = set(hit_tasks)
+    problem = PlanningProblem(
+        tasks=tuple(planner_task(t, view, t.pk in hits) for t in view.tasks),
+        capacity_units=len(view.usable),
+        d_running_s=d_running_s(view),
+        unit_size=1,
+    )
+    placement: dict[str, dict[str, int]] = {n: {} for n in view.usable_nodes}
+    for task_pk, held in view.held.items():
+        for h in held:
+            if h.usable:
+                per = placement.setdefault(h.slot.node, {})
+                per[str(task_pk)] = per.get(str(task_pk), 0) + 1
+    return ClusterState(problem, placement, view.returning_nodes, view.units_per_node)
+
+
+def build_cluster_state(hit_tasks: Iterable[int] = ()) -> ClusterState:
+    """The current :class:`~controlplane.core.planning.ClusterState` (problem + placement)."""
+    return cluster_state_of(load_cluster(), hit_tasks)
+
+
+def build_planning_problem(hit_tasks: Iterable[int] = (), *, healthy: bool = False) -> PlanningProblem:
+    """The current :class:`~controlplane.core.planning.PlanningProblem`.
+
+    ``healthy=True``: the same tasks on a fully healthy cluster (every registered device of the planning
+    kind usable, nothing hit, no task holding workers) — its optimum is the healthy-cluster WAF the
+    dashboard compares against.
+    """
+    problem = build_cluster_state(hit_tasks).problem
+    if not healthy:
+        return problem
+    view_devices = Device.objects.filter(node__quarantined=False)
+    kind = _planning_kind([(d.kind, True) for d in view_devices])
+    total = view_devices.filter(kind=kind).count()
+    tasks = tuple(replace(t, workers=0, hit=False) for t in problem.tasks)
+    return replace(problem, tasks=tasks, capacity_units=total)

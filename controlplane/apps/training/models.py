@@ -33,6 +33,12 @@ class TrainingTask(models.Model):
         default=0, help_text="Incremented on every reconfiguration (fencing)."
     )
     iteration = models.PositiveBigIntegerField(default=0)
+    total_iterations = models.PositiveBigIntegerField(
+        default=1000, help_text="Iterations to train in total; the task completes when every rank finished."
+    )
+    pending_reason = models.TextField(
+        blank=True, help_text="Why the task is queued or suspended (empty while it runs)."
+    )
     throughput_table = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -42,6 +42,7 @@ class TaskSubmission:
     max_workers: int = 1
     allocation_unit: int = 1
     activation_recomputation: bool = False
+    total_iterations: int = 1000
 
 
 def task_event(task: TrainingTask) -> dict[str, Any]:
@@ -71,6 +72,8 @@ def _shape_errors(s: TaskSubmission) -> dict[str, list[str]]:
         errors["allocation_unit"] = ["min_workers and max_workers must be multiples of allocation_unit."]
     if s.num_attention_heads and s.hidden_size % s.num_attention_heads:
         errors["hidden_size"] = ["hidden_size must be divisible by num_attention_heads."]
+    if s.total_iterations < 1:
+        errors["total_iterations"] = ["total_iterations must be >= 1."]
     if s.micro_batch_size and s.global_batch_size % s.micro_batch_size:
         errors["global_batch_size"] = ["global_batch_size must be a multiple of micro_batch_size."]
     return errors

@@ -66,6 +66,8 @@ class TaskSerializer(serializers.ModelSerializer[TrainingTask]):
             "activation_recomputation",
             "epoch",
             "iteration",
+            "total_iterations",
+            "pending_reason",
             "created_at",
             "updated_at",
             "finished_at",
@@ -101,6 +103,7 @@ class TaskSubmitSerializer(StrictInputSerializer):
     allocation_unit = serializers.IntegerField(
         min_value=1, max_value=MAX_WORKERS_LIMIT, required=False, default=1
     )
+    total_iterations = serializers.IntegerField(min_value=1, max_value=10**12, required=False, default=1000)
 
 
 class ChangeWeightSerializer(StrictInputSerializer):
