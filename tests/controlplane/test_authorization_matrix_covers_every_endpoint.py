@@ -36,6 +36,7 @@ REQUIRED_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/nodes/{id}/"): VIEWER,
     ("POST", "/api/v1/nodes/{id}/drain/"): OPERATOR,
     ("POST", "/api/v1/nodes/{id}/clear-quarantine/"): OPERATOR,
+    ("POST", "/api/v1/nodes/{id}/inject-fault/"): OPERATOR,
     ("GET", "/api/v1/devices/"): VIEWER,
     ("GET", "/api/v1/devices/{id}/"): VIEWER,
     ("GET", "/api/v1/tasks/"): VIEWER,
@@ -55,6 +56,7 @@ REQUIRED_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/transitions/{id}/"): VIEWER,
     ("GET", "/api/v1/metrics/cluster/"): VIEWER,
     ("GET", "/api/v1/metrics/tasks/{task_id}/"): VIEWER,
+    ("GET", "/api/v1/summary/"): VIEWER,
     # the simulations app (what-if runs) is optional: checked when its routes are mounted
     ("GET", "/api/v1/simulations/"): VIEWER,
     ("POST", "/api/v1/simulations/"): OPERATOR,
@@ -114,6 +116,7 @@ def _url_and_body(method: str, path: str, audit_id: int) -> tuple[str, dict[str,
         "audit": audit_id,
         "metrics": objs["task"].pk,
         "me": 0,
+        "summary": 0,
         "simulations": objs["simulation"],
     }
     url = path.replace("{id}", str(ids[resource])).replace("{task_id}", str(objs["task"].pk))
@@ -127,6 +130,7 @@ def _url_and_body(method: str, path: str, audit_id: int) -> tuple[str, dict[str,
             },
             "/api/v1/tasks/{id}/change-weight/": {"weight": 3.0},
             "/api/v1/alerts/{id}/resolve/": {"comment": "replaced the GPU"},
+            "/api/v1/nodes/{id}/inject-fault/": {"fault": "node_loss"},
             "/api/v1/simulations/": {"trace": "trace-a", "days": 0.01},
         }.get(path, {})
     return url, body

@@ -8,8 +8,9 @@ class MetricKind(models.TextChoices):
     TOKENS_PER_S = "tokens_per_s", "Tokens per second"
     ACHIEVED_FLOPS = "achieved_flops", "Achieved FLOP/s"
     CLUSTER_WAF = "cluster_waf", "Cluster weighted achieved FLOP/s"
-    OPTIMAL_WAF = "optimal_waf", "Optimal WAF of the current plan"
+    OPTIMAL_WAF = "optimal_waf", "Healthy-cluster optimum WAF (the planner's best, every node healthy)"
+    GOODPUT = "goodput", "Goodput: share of task time spent in useful iterations (rolling window)"
 
 
-CLUSTER_KINDS = frozenset({MetricKind.CLUSTER_WAF, MetricKind.OPTIMAL_WAF})
+CLUSTER_KINDS = frozenset({MetricKind.CLUSTER_WAF, MetricKind.OPTIMAL_WAF, MetricKind.GOODPUT})
 TASK_KINDS = frozenset(MetricKind) - CLUSTER_KINDS

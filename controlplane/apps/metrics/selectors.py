@@ -1,15 +1,38 @@
-"""Time-range queries of metric series, downsampled in SQL to at most ``max_points`` buckets."""
+"""Metric queries: time-range series downsampled in SQL to at most ``max_points`` buckets; the achieved
+cluster WAF, goodput and the overview's headline figures (each computed in SQL)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db.models import Avg, Count, F, FloatField, Func, IntegerField, Max, Min, Value
-from django.db.models.functions import Cast, Floor, Least
+from django.db import connection
+from django.db.models import (
+    Avg,
+    Count,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Cast, Floor, Greatest, Least
 from django.utils import timezone
 
+from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.metrics.choices import MetricKind
 from controlplane.apps.metrics.models import MetricSample
+from controlplane.apps.planning.choices import TransitionState
+from controlplane.apps.planning.models import Transition
+from controlplane.apps.training.choices import TaskState
+from controlplane.apps.training.models import TrainingTask
 
 
 class EpochSeconds(Func):
@@ -83,3 +106,203 @@ def list_series(
         for r in rows
     ]
     return Series(kind, task_id, since, until, width, points)
+
+
+# --- cluster WAF, goodput and the overview's headline figures ------------------------------------
+
+WAF_WINDOW_S = 10.0
+"""Achieved FLOP/s samples younger than this make a task's current rate (agents report every second)."""
+PRODUCING_STATES = (TaskState.RUNNING,)
+"""Only running tasks add to the achieved WAF: a reconfiguring task's last samples are from before its
+failure and would hide the drop for a window."""
+SCHEDULED_STATES = (TaskState.RUNNING, TaskState.RECONFIGURING)
+"""Tasks that are meant to be making progress (goodput's denominator); pending and suspended tasks hold
+no devices by the planner's decision, which is not failure cost."""
+
+
+def get_achieved_waf(now: datetime | None = None, window_s: float = WAF_WINDOW_S) -> float:
+    """Achieved cluster WAF = Σ over running tasks of w(t) x the mean of the task's achieved-FLOP/s
+    samples in the last ``window_s`` (a task with no recent sample achieves nothing). One query."""
+    now = now or timezone.now()
+    recent = (
+        MetricSample.objects.filter(
+            task=OuterRef("pk"),
+            kind=MetricKind.ACHIEVED_FLOPS,
+            at__gt=now - timedelta(seconds=window_s),
+            at__lte=now,
+        )
+        .values("task")
+        .annotate(mean=Avg("value"))
+        .values("mean")
+    )
+    total = (
+        TrainingTask.objects.filter(state__in=PRODUCING_STATES)
+        .annotate(rate=Subquery(recent, output_field=FloatField()))
+        .aggregate(waf=Sum(F("weight") * F("rate"), output_field=FloatField()))["waf"]
+    )
+    return float(total or 0.0)
+
+
+_GOODPUT_SQL = """
+WITH win AS (
+    SELECT task_id,
+           MIN(at) AS first_at,
+           MAX(at) AS last_at,
+           (ARRAY_AGG(iteration ORDER BY at, id))[1] AS first_iter,
+           (ARRAY_AGG(iteration ORDER BY at DESC, id DESC))[1] AS last_iter,
+           PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY value) AS t_iter
+    FROM {samples}
+    WHERE kind = %(kind)s AND task_id IS NOT NULL AND iteration IS NOT NULL
+      AND at > %(since)s AND at <= %(until)s
+    GROUP BY task_id
+),
+base AS (
+    SELECT DISTINCT ON (task_id) task_id, iteration AS base_iter
+    FROM {samples}
+    WHERE kind = %(kind)s AND task_id IS NOT NULL AND iteration IS NOT NULL AND at <= %(since)s
+      AND at > %(since)s - make_interval(secs => %(lookback_s)s)
+    ORDER BY task_id, at DESC, id DESC
+),
+per_task AS (
+    SELECT t.id AS task_id,
+           -- useful: net iterations gained in the window x the median iteration time
+           GREATEST(COALESCE(w.last_iter - COALESCE(b.base_iter, w.first_iter), 0), 0)
+               * COALESCE(w.t_iter, 0) AS useful_s,
+           EXTRACT(EPOCH FROM (
+               CASE WHEN t.state = ANY(%(scheduled)s) THEN %(until)s
+                    WHEN t.finished_at IS NOT NULL
+                        THEN LEAST(%(until)s, GREATEST(t.finished_at, COALESCE(w.last_at, t.finished_at)))
+                    ELSE COALESCE(w.last_at, %(since)s) END
+               - CASE WHEN b.base_iter IS NOT NULL THEN %(since)s ELSE w.first_at END
+           )) AS span_s
+    FROM {tasks} t
+    LEFT JOIN win w ON w.task_id = t.id
+    LEFT JOIN base b ON b.task_id = t.id
+    WHERE w.task_id IS NOT NULL OR (b.task_id IS NOT NULL AND t.state = ANY(%(scheduled)s))
+)
+SELECT COALESCE(SUM(LEAST(useful_s, span_s)), 0), COALESCE(SUM(span_s), 0), COUNT(*)
+FROM per_task WHERE span_s > 0
+"""
+
+
+@dataclass(frozen=True)
+class Goodput:
+    useful_s: float
+    scheduled_s: float
+    tasks: int
+
+    @property
+    def ratio(self) -> float | None:
+        return self.useful_s / self.scheduled_s if self.scheduled_s > 0 else None
+
+
+def get_goodput(since: datetime, until: datetime, lookback_s: float = 300.0) -> Goodput:
+    """Goodput over ``(since, until]``: the share of scheduled task time spent in iterations that were
+    kept. One SQL statement over the tasks' iteration-time samples (each carries the task's iteration
+    counter and the interval's median iteration time).
+
+    Per task: ``useful = (iteration at the last sample in the window - iteration at the last sample
+    before it) x median iteration time in the window``; a rollback to a checkpoint lowers the counter,
+    so recomputed iterations are not counted twice. ``scheduled`` runs from ``since`` (or the task's
+    first sample in the window, when it had none in the ``lookback_s`` before) to ``until`` while the
+    task is running or reconfiguring (to its end or its last sample otherwise). Detection, transitions,
+    stalls and lost work are the difference. Cluster goodput = Σ useful ÷ Σ scheduled (task-time, not
+    weighted); each task's useful time is capped at its scheduled time. The median makes it slightly
+    pessimistic when iteration times are skewed.
+    """
+    sql = _GOODPUT_SQL.format(samples=MetricSample._meta.db_table, tasks=TrainingTask._meta.db_table)
+    params: dict[str, Any] = {
+        "kind": MetricKind.ITERATION_TIME.value,
+        "since": since,
+        "until": until,
+        "lookback_s": lookback_s,
+        "scheduled": [s.value for s in SCHEDULED_STATES],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        useful, scheduled, tasks = cursor.fetchone()
+    return Goodput(float(useful), float(scheduled), int(tasks))
+
+
+@dataclass(frozen=True)
+class LatestSample:
+    value: float
+    at: datetime
+
+
+def get_latest_cluster_sample(kind: str) -> LatestSample | None:
+    row = (
+        MetricSample.objects.filter(task__isnull=True, kind=kind)
+        .order_by("-at", "-id")
+        .values("value", "at")
+        .first()
+    )
+    return None if row is None else LatestSample(row["value"], row["at"])
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The overview's headline figures (DESIGN §3, issue 7), each computed in SQL."""
+
+    at: datetime
+    waf: LatestSample | None
+    optimum: LatestSample | None
+    goodput_1h: Goodput
+    failures_1h: int
+    failures_24h: int
+    failures_24h_by_severity: dict[str, int]
+    mean_detection_latency_s: float | None
+    detection_samples: int
+    mean_transition_s: float | None
+    transitions_24h: int
+
+    @property
+    def share_of_optimum(self) -> float | None:
+        if self.waf is None or self.optimum is None or self.optimum.value <= 0:
+            return None
+        return self.waf.value / self.optimum.value
+
+
+def _seconds(expr: Any) -> Any:
+    return EpochSeconds(expr)
+
+
+def get_summary(now: datetime | None = None) -> Summary:
+    """Headline figures: the latest WAF and optimum samples, goodput over the last hour, failures in
+    the last hour / day (primary events: one absorbed into another's handling is not counted again),
+    mean detection latency (occurred → detected) and mean transition time (started → finished, completed
+    transitions) over the last day."""
+    now = now or timezone.now()
+    hour, day = now - timedelta(hours=1), now - timedelta(days=1)
+    primary = FailureEvent.objects.filter(detected_at__gt=day, detected_at__lte=now).filter(
+        Q(handled_by__isnull=True) | Q(handled_by=F("pk"))
+    )
+    counts = primary.aggregate(
+        day=Count("id"),
+        hour=Count("id", filter=Q(detected_at__gt=hour)),
+        latency=Avg(Greatest(_seconds(F("detected_at") - F("occurred_at")), Value(0.0))),
+        latency_n=Count("id"),
+    )
+    by_severity = {
+        row["severity"]: row["n"]
+        for row in primary.values("severity").annotate(n=Count("id")).order_by("severity")
+    }
+    transitions = Transition.objects.filter(
+        state=TransitionState.COMPLETED,
+        finished_at__gt=day,
+        finished_at__lte=now,
+        started_at__isnull=False,
+    ).aggregate(mean=Avg(_seconds(F("finished_at") - F("started_at"))), n=Count("id"))
+    return Summary(
+        at=now,
+        waf=get_latest_cluster_sample(MetricKind.CLUSTER_WAF),
+        optimum=get_latest_cluster_sample(MetricKind.OPTIMAL_WAF),
+        goodput_1h=get_goodput(hour, now),
+        failures_1h=counts["hour"],
+        failures_24h=counts["day"],
+        failures_24h_by_severity=by_severity,
+        mean_detection_latency_s=counts["latency"],
+        detection_samples=counts["latency_n"],
+        mean_transition_s=transitions["mean"],
+        transitions_24h=transitions["n"],
+    )

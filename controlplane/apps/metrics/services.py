@@ -1,7 +1,8 @@
-"""Metric ingestion: bulk inserts, a live event per batch after commit."""
+"""Metric ingestion: bulk inserts, a live event per batch after commit; the cluster WAF timeline."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,3 +51,49 @@ def do_record_samples(samples: Iterable[Sample]) -> int:
             },
         )
     return len(batch)
+
+
+@dataclass(frozen=True)
+class ClusterWafSample:
+    at: datetime
+    achieved: float
+    """Σ w(t) x measured achieved FLOP/s of the running tasks."""
+    optimum: float
+    """The planner's best WAF with every registered, non-quarantined node healthy."""
+    goodput: float | None = None
+    """Share of scheduled task time in useful iterations over the sampler's window (None: no task)."""
+
+
+def check_record_cluster_waf(sample: ClusterWafSample) -> None:
+    errors: dict[str, list[str]] = {}
+    for name in ("achieved", "optimum"):
+        value = getattr(sample, name)
+        if not math.isfinite(value) or value < 0:
+            errors[name] = [f"{name} must be a finite number >= 0."]
+    if sample.goodput is not None and not 0.0 <= sample.goodput <= 1.0:
+        errors["goodput"] = ["goodput is a share between 0 and 1."]
+    if errors:
+        raise InvalidInput(errors)
+
+
+@transaction.atomic
+def do_record_cluster_waf(sample: ClusterWafSample) -> None:
+    """One tick of the cluster WAF timeline: the achieved and optimum series (and goodput), then a
+    ``waf.sample`` live event after commit."""
+    check_record_cluster_waf(sample)
+    rows = [
+        MetricSample(kind=MetricKind.CLUSTER_WAF, value=sample.achieved, at=sample.at),
+        MetricSample(kind=MetricKind.OPTIMAL_WAF, value=sample.optimum, at=sample.at),
+    ]
+    if sample.goodput is not None:
+        rows.append(MetricSample(kind=MetricKind.GOODPUT, value=sample.goodput, at=sample.at))
+    MetricSample.objects.bulk_create(rows)
+    send_event_on_commit(
+        "waf.sample",
+        {
+            "at": sample.at.isoformat(),
+            "achieved": sample.achieved,
+            "optimum": sample.optimum,
+            "goodput": sample.goodput,
+        },
+    )

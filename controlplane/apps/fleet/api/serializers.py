@@ -5,7 +5,8 @@ from typing import Any
 from rest_framework import serializers
 
 from controlplane.apps.common.serializers import StrictInputSerializer
-from controlplane.apps.fleet.models import Device, Node
+from controlplane.apps.fleet.api.drills import FAULT_KINDS
+from controlplane.apps.fleet.models import AgentCommand, Device, Node
 
 
 class DeviceSerializer(serializers.ModelSerializer[Device]):
@@ -67,3 +68,41 @@ class NodeRegisterSerializer(StrictInputSerializer):
 class NodeRegisteredSerializer(serializers.Serializer[Any]):
     node = NodeSerializer()
     token = serializers.CharField(help_text="The agent token. Shown once; store it now.")
+
+
+class InjectFaultSerializer(StrictInputSerializer):
+    fault = serializers.ChoiceField(choices=list(FAULT_KINDS), help_text="What to inject.")
+    task = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The running task to inject it into (not for node_loss).",
+    )
+    rank = serializers.IntegerField(
+        min_value=0,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="One of the task's ranks on this node; default: every rank of the task there.",
+    )
+    at_iteration = serializers.IntegerField(
+        min_value=0, required=False, allow_null=True, default=None, help_text="Default: at once."
+    )
+    slowdown = serializers.FloatField(
+        min_value=1.0,
+        max_value=100.0,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Straggler only: compute-time multiplier (default 3).",
+    )
+    message = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+
+
+class InjectedFaultSerializer(serializers.ModelSerializer[AgentCommand]):
+    node = serializers.CharField(source="node.name", read_only=True)
+
+    class Meta:
+        model = AgentCommand
+        fields = ["command_id", "node", "type", "task", "task_epoch", "payload", "state", "created_at"]

@@ -9,8 +9,11 @@ from rest_framework.response import Response
 
 from controlplane.apps.accounts.roles import Role
 from controlplane.apps.common.viewsets import RoleGatedViewSet
+from controlplane.apps.fleet.api.drills import FaultDrill, do_inject_fault
 from controlplane.apps.fleet.api.serializers import (
     DeviceSerializer,
+    InjectedFaultSerializer,
+    InjectFaultSerializer,
     NodeRegisteredSerializer,
     NodeRegisterSerializer,
     NodeSerializer,
@@ -38,7 +41,12 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedVie
     serializer_class = NodeSerializer
     filterset_class = NodeFilter
     ordering_fields = ["name", "state", "last_heartbeat_at"]
-    action_roles = {"create": Role.ADMIN, "drain": Role.OPERATOR, "clear_quarantine": Role.OPERATOR}
+    action_roles = {
+        "create": Role.ADMIN,
+        "drain": Role.OPERATOR,
+        "clear_quarantine": Role.OPERATOR,
+        "inject_fault": Role.OPERATOR,
+    }
 
     @extend_schema(request=NodeRegisterSerializer, responses={201: NodeRegisteredSerializer})
     def create(self, request: Request) -> Response:
@@ -64,6 +72,28 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedVie
         """Let a quarantined node back into plans (operator)."""
         node = do_clear_quarantine(request.user, self.get_object())
         return Response(NodeSerializer(node).data)
+
+    @extend_schema(request=InjectFaultSerializer, responses={202: InjectedFaultSerializer})
+    @action(detail=True, methods=["post"], url_path="inject-fault")
+    def inject_fault(self, request: Request, pk: str | None = None) -> Response:
+        """Fault-injection drill (operator): queue an ``inject_fault`` command for the node's agent.
+
+        crash / exception / hang / straggler / network_error need a task running on the node (and
+        optionally one of its ranks there); node_loss takes the node's agent down with every worker.
+        202: the command is queued (the agent acks it when the fault fires)."""
+        data = InjectFaultSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        drill = FaultDrill(
+            kind=v["fault"],
+            task_id=v["task"],
+            rank=v["rank"],
+            at_iteration=v["at_iteration"],
+            slowdown=v["slowdown"],
+            message=v["message"],
+        )
+        command = do_inject_fault(request.user, self.get_object(), drill)
+        return Response(InjectedFaultSerializer(command).data, status=status.HTTP_202_ACCEPTED)
 
 
 class DeviceFilter(filters.FilterSet):  # type: ignore[misc]

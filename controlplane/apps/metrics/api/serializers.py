@@ -59,3 +59,41 @@ class SeriesSerializer(serializers.Serializer[Any]):
     until = serializers.DateTimeField()
     bucket_seconds = serializers.FloatField()
     points = PointSerializer(many=True)
+
+
+class LatestSampleSerializer(serializers.Serializer[Any]):
+    value = serializers.FloatField()
+    at = serializers.DateTimeField()
+
+
+class SummarySerializer(serializers.Serializer[Any]):
+    """The overview's headline figures, computed in SQL (see metrics.selectors.get_summary)."""
+
+    at = serializers.DateTimeField(help_text="When the figures were computed.")
+    waf = LatestSampleSerializer(
+        allow_null=True, help_text="The latest achieved cluster WAF sample (FLOP/s); null before the first."
+    )
+    optimum = LatestSampleSerializer(
+        allow_null=True, help_text="The latest healthy-cluster optimum sample (FLOP/s)."
+    )
+    share_of_optimum = serializers.FloatField(
+        allow_null=True, help_text="waf ÷ optimum (null when either is unknown or the optimum is 0)."
+    )
+    goodput_1h = serializers.FloatField(
+        allow_null=True,
+        source="goodput_1h.ratio",
+        help_text="Share of scheduled task time spent in useful iterations over the last hour.",
+    )
+    goodput_useful_s = serializers.FloatField(source="goodput_1h.useful_s")
+    goodput_scheduled_s = serializers.FloatField(source="goodput_1h.scheduled_s")
+    failures_1h = serializers.IntegerField()
+    failures_24h = serializers.IntegerField()
+    failures_24h_by_severity = serializers.DictField(child=serializers.IntegerField())
+    mean_detection_latency_s = serializers.FloatField(
+        allow_null=True, help_text="Mean occurred → detected over the last 24 h."
+    )
+    detection_samples = serializers.IntegerField()
+    mean_transition_s = serializers.FloatField(
+        allow_null=True, help_text="Mean started → finished of transitions completed in the last 24 h."
+    )
+    transitions_24h = serializers.IntegerField()

@@ -10,9 +10,10 @@ from controlplane.apps.accounts.permissions import IsViewer
 from controlplane.apps.metrics.api.serializers import (
     ClusterSeriesQuerySerializer,
     SeriesSerializer,
+    SummarySerializer,
     TaskSeriesQuerySerializer,
 )
-from controlplane.apps.metrics.selectors import list_series
+from controlplane.apps.metrics.selectors import get_summary, list_series
 from controlplane.apps.training.models import TrainingTask
 
 
@@ -41,3 +42,14 @@ class TaskSeriesView(APIView):
         v = q.validated_data
         series = list_series(v["kind"], task.pk, v.get("since"), v.get("until"), v["max_points"])
         return Response(SeriesSerializer(series).data)
+
+
+class SummaryView(APIView):
+    permission_classes = [IsViewer]
+
+    @extend_schema(responses=SummarySerializer)
+    def get(self, request: Request) -> Response:
+        """Headline figures of the overview: current WAF and its share of the healthy-cluster optimum,
+        goodput over the last hour, failures in the last hour / day, mean detection latency and mean
+        transition time (all computed in SQL)."""
+        return Response(SummarySerializer(get_summary()).data)
