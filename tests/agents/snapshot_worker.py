@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -25,6 +26,84 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+
+def spawn_ranks(cfgs: list[dict[str, Any]], log_dir: Path) -> list[subprocess.Popen[bytes]]:
+    """Start one process per rank config (``log_dir/rank<r>.log`` gets its output)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    procs = []
+    for cfg in cfgs:
+        log = open(log_dir / f"rank{cfg['rank']}.log", "ab")  # noqa: SIM115 (the child owns it)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, __file__, json.dumps(cfg)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        log.close()
+    return procs
+
+
+def run_ranks(cfgs: list[dict[str, Any]], log_dir: Path, timeout_s: float = 120.0) -> None:
+    """Run rank processes to completion; raise with the logs' tails when one fails."""
+    procs = spawn_ranks(cfgs, log_dir)
+    try:
+        codes = [p.wait(timeout_s) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if any(codes):
+        tails = {c["rank"]: (log_dir / f"rank{c['rank']}.log").read_text()[-2000:] for c in cfgs}
+        raise RuntimeError(f"rank processes exited with {codes}: {tails}")
+
+
+def write_snapshot_files(
+    root: Path,
+    origin: str,
+    task: str,
+    epoch: int,
+    iteration: int,
+    ranks: list[int],
+    *,
+    nbytes: int = 4096,
+    complete: bool = True,
+    replica: str | None = None,
+) -> Path:
+    """A snapshot directory laid out as the writer lays it out, with random shard bytes (the store
+    moves files; it never parses the shards). ``complete=False``: the COMPLETE marker is missing."""
+    from agents.training.snapshot import COMPLETE, RankMeta, rank_data_file, rank_meta_file, snapshot_path
+
+    d = snapshot_path(root, origin, task, epoch, iteration)
+    d.mkdir(parents=True, exist_ok=True)
+    for r in ranks:
+        (d / rank_data_file(r)).write_bytes(os.urandom(nbytes))
+        meta = RankMeta(
+            task_id=task,
+            epoch=epoch,
+            iteration=iteration,
+            rank=r,
+            world_size=len(ranks),
+            tp=1,
+            pp=1,
+            dp=len(ranks),
+            tp_rank=0,
+            pp_rank=0,
+            dp_rank=r,
+            origin_node=origin,
+            replica=replica,
+            nbytes=nbytes,
+            written_at=time.time(),
+        )
+        (d / rank_meta_file(r)).write_text(meta.model_dump_json())
+    if complete:
+        (d / COMPLETE).write_text("{}")
+    return d
 
 
 def state_of(model: Any, optimizer: Any) -> dict[str, Any]:
@@ -194,7 +273,9 @@ def run(cfg: dict[str, Any]) -> None:
             result["snapshot_iterations"].append(it)
             if ref_dir is not None:
                 ref_dir.mkdir(parents=True, exist_ok=True)
-                torch.save(state_of(model, optimizer), ref_dir / f"rank{rank}_it{it}.pt")
+                ref = ref_dir / f"rank{rank}_it{it}.pt"
+                torch.save(state_of(model, optimizer), str(ref) + ".tmp")
+                os.replace(str(ref) + ".tmp", ref)
         result["iteration_s"].append(time.perf_counter() - t0)
         if dist_ckpt and it == dist_ckpt["iteration"]:
             t1 = time.perf_counter()

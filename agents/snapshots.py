@@ -1,0 +1,495 @@
+"""The agent's in-memory snapshot store (DESIGN §7): keep, list, replicate and serve snapshots.
+
+Workers write their shards under ``<root>/<this node>/<task>/e<epoch>-i<iteration>/`` (see
+:mod:`agents.training.snapshot`); the root is a tmpfs directory (``/dev/shm``) owned by the agent, so
+a snapshot outlives the worker that wrote it. The store:
+
+- scans the root, lists the *complete* snapshots (``COMPLETE`` marker present) as ``SnapshotInfo``,
+  one per (task, origin node, epoch, iteration); a half-written one is never listed;
+- keeps only the newest complete snapshot per (task, origin) and deletes the older ones, the
+  incomplete ones older than it, stale incomplete ones, and everything of a dropped task;
+- replicates each new complete snapshot of this node's ranks to the peer agent named in the
+  workers' launch (``WorkerLaunch.snapshot_replica``), and receives peers' replicas;
+- serves snapshots to peers and fetches a peer's into local shm (``await store.fetch(...)``).
+
+Transport: one TCP connection per request. Frames are a 4-byte big-endian length and a JSON header;
+file bytes follow raw, with their sizes in the header (``put``: a replica pushed to a peer;
+``get``: a snapshot fetched from a peer). Received files go to a temporary directory that is renamed
+into place whole, so a partial transfer is never visible. Every step has a timeout.
+
+The agent needs these lines::
+
+    store = SnapshotStore(node, SnapshotStoreConfig(root=..., host=..., port=...))
+    await store.start()                              # before starting workers
+    cfg.worker_env.update(store.worker_env())        # UNICRON_SNAPSHOT_DIR / UNICRON_SNAPSHOT_NODE
+    Hello(..., snapshot_endpoint=store.endpoint, snapshots=store.infos())
+    Heartbeat(..., snapshots=store.infos())
+    await store.fetch(src.endpoint, task_id, src.iteration)   # a memory_snapshot source on a peer
+    store.drop_task(task_id)                          # the task ended or was cancelled
+    await store.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import struct
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.training.snapshot import (
+    COMPLETE,
+    ENV_SNAPSHOT_DIR,
+    ENV_SNAPSHOT_NODE,
+    SnapshotError,
+    find_snapshot,
+    is_complete,
+    is_snapshot_file,
+    parse_snapshot_name,
+    read_rank_metas,
+    safe_name,
+    snapshot_name,
+)
+from controlplane.core.protocol import SnapshotInfo
+
+log = logging.getLogger("agents.snapshots")
+
+_HEADER = struct.Struct(">I")
+MAX_HEADER_BYTES = 1 << 20
+MAX_FILE_BYTES = 1 << 40
+CHUNK = 4 << 20
+INCOMING = ".incoming"
+
+
+class SnapshotTransferError(RuntimeError):
+    """A peer refused a request, broke off, or sent something malformed."""
+
+
+@dataclass
+class SnapshotStoreConfig:
+    root: Path | None = None
+    """Default: ``/dev/shm/unicron-snapshots-<node>`` (a temp dir where there is no /dev/shm)."""
+    host: str = "127.0.0.1"
+    """Bind address of the peer server (0.0.0.0 on a real cluster)."""
+    port: int = 0
+    """0: any free port (reported in ``endpoint``)."""
+    advertise_host: str | None = None
+    """The host peers dial (default: ``host``, or this machine's name when bound to 0.0.0.0)."""
+    scan_interval_s: float = 0.2
+    timeout_s: float = 30.0
+    """Per network step (connect, header, each chunk)."""
+    stale_incomplete_s: float = 300.0
+    """An incomplete snapshot untouched this long lost its writer: deleted."""
+    enabled: bool = True
+
+
+@dataclass
+class _Snapshot:
+    origin: str
+    task_id: str
+    epoch: int
+    iteration: int
+    path: Path
+    complete: bool
+    mtime: float
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Newer epoch first (a rollback starts a new timeline), then the newer iteration."""
+        return (self.epoch, self.iteration)
+
+
+@dataclass
+class _Replication:
+    done: set[tuple[str, int, int]] = field(default_factory=set)
+    failures: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    next_try: dict[tuple[str, int, int], float] = field(default_factory=dict)
+
+
+def default_root(node: str) -> Path:
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"unicron-snapshots-{safe_name(node, 'node')}"
+
+
+class SnapshotStore:
+    def __init__(self, node: str, cfg: SnapshotStoreConfig | None = None) -> None:
+        self.node = safe_name(node, "node")
+        self.cfg = cfg or SnapshotStoreConfig()
+        self.root = Path(self.cfg.root) if self.cfg.root is not None else default_root(node)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.endpoint: str | None = None
+        self._server: asyncio.Server | None = None
+        self._scanner: asyncio.Task[None] | None = None
+        self._pushes: dict[str, asyncio.Task[None]] = {}
+        self._replication = _Replication()
+        self._dropped: set[str] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.cfg.host, self.cfg.port)
+        port = self._server.sockets[0].getsockname()[1]
+        host = self.cfg.advertise_host or self.cfg.host
+        if host in ("0.0.0.0", "::", ""):
+            import socket
+
+            host = socket.gethostname()
+        self.endpoint = f"{host}:{port}"
+        self._scanner = asyncio.ensure_future(self._scan_loop())
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._scanner, *self._pushes.values()) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def worker_env(self) -> dict[str, str]:
+        return {ENV_SNAPSHOT_DIR: str(self.root), ENV_SNAPSHOT_NODE: self.node}
+
+    # ------------------------------------------------------------------ local state
+    def _all(self) -> list[_Snapshot]:
+        out = []
+        for origin in _subdirs(self.root):
+            if origin.name.startswith("."):
+                continue
+            for task in _subdirs(origin):
+                for d in _subdirs(task):
+                    parsed = parse_snapshot_name(d.name)
+                    if parsed is None:
+                        continue
+                    try:
+                        mtime = d.stat().st_mtime
+                    except FileNotFoundError:
+                        continue
+                    out.append(_Snapshot(origin.name, task.name, *parsed, d, is_complete(d), mtime))
+        return out
+
+    def newest(self) -> list[_Snapshot]:
+        """The newest complete snapshot per (task, origin)."""
+        best: dict[tuple[str, str], _Snapshot] = {}
+        for s in self._all():
+            if s.complete and s.task_id not in self._dropped:
+                k = (s.task_id, s.origin)
+                if k not in best or s.order > best[k].order:
+                    best[k] = s
+        return sorted(best.values(), key=lambda s: (s.task_id, s.origin))
+
+    def infos(self) -> list[SnapshotInfo]:
+        """What this agent holds, for ``Hello`` / ``Heartbeat``: complete snapshots only."""
+        out = []
+        for s in self.newest():
+            try:
+                metas = read_rank_metas(s.path)
+                nbytes = sum(f.stat().st_size for f in s.path.iterdir() if f.is_file())
+            except (OSError, SnapshotError) as e:  # deleted under us (GC, drop): skip it this time
+                log.debug("skipping %s: %s", s.path, e)
+                continue
+            out.append(
+                SnapshotInfo(
+                    task_id=s.task_id,
+                    epoch=s.epoch,
+                    iteration=s.iteration,
+                    ranks=sorted(m.rank for m in metas),
+                    origin_node=s.origin,
+                    nbytes=nbytes,
+                )
+            )
+        return out
+
+    def paths(self, task_id: str, iteration: int) -> list[Path]:
+        """This node's complete directories of the snapshot (its own shards and peers' replicas)."""
+        return find_snapshot(self.root, task_id, iteration)
+
+    def gc(self, now: float | None = None) -> list[Path]:
+        """Delete what is not the newest complete snapshot per (task, origin); returns what went."""
+        now = time.time() if now is None else now
+        snaps = self._all()
+        newest = {(s.task_id, s.origin): s.order for s in self.newest()}
+        gone = []
+        for s in snaps:
+            keep_from = newest.get((s.task_id, s.origin))
+            if s.task_id in self._dropped:
+                drop = True
+            elif s.complete:
+                drop = keep_from is not None and s.order < keep_from
+            else:  # being written, or its writer died
+                drop = (keep_from is not None and s.order <= keep_from) or (
+                    now - s.mtime > self.cfg.stale_incomplete_s
+                )
+            if drop:
+                shutil.rmtree(s.path, ignore_errors=True)
+                gone.append(s.path)
+        for task_id in list(self._dropped):
+            for origin in _subdirs(self.root):
+                shutil.rmtree(origin / task_id, ignore_errors=True)
+        incoming = self.root / INCOMING
+        for d in _subdirs(incoming):  # transfers that died mid-way
+            with contextlib.suppress(FileNotFoundError):
+                if now - d.stat().st_mtime > self.cfg.stale_incomplete_s:
+                    shutil.rmtree(d, ignore_errors=True)
+        return gone
+
+    def drop_task(self, task_id: str) -> None:
+        """The task is over: delete its snapshots (own and replicas) now and refuse new ones."""
+        self._dropped.add(safe_name(task_id, "task id"))
+        self.gc()
+
+    def undrop_task(self, task_id: str) -> None:
+        """A task id is reused (resubmitted): accept its snapshots again."""
+        self._dropped.discard(task_id)
+
+    # ------------------------------------------------------------------ scan + replicate
+    async def _scan_loop(self) -> None:
+        while True:
+            try:
+                self.scan()
+            except Exception:
+                log.exception("snapshot scan failed")
+            await asyncio.sleep(self.cfg.scan_interval_s)
+
+    def scan(self) -> None:
+        """GC, then push this node's newest complete snapshots to their replica peer (once each)."""
+        self.gc()
+        now = time.monotonic()
+        for s in self.newest():
+            if s.origin != self.node:
+                continue
+            key = (s.task_id, s.epoch, s.iteration)
+            r = self._replication
+            if key in r.done or now < r.next_try.get(key, 0.0):
+                continue
+            running = self._pushes.get(s.task_id)
+            if running is not None and not running.done():
+                continue
+            replica = _replica_of(s.path)
+            if replica is None:
+                r.done.add(key)
+                continue
+            self._pushes[s.task_id] = asyncio.ensure_future(self._push(replica, s, key))
+
+    async def _push(self, endpoint: str, s: _Snapshot, key: tuple[str, int, int]) -> None:
+        r = self._replication
+        try:
+            await self.replicate(endpoint, s.task_id, s.epoch, s.iteration)
+            r.done.add(key)
+            log.info("replicated %s/%s to %s", s.task_id, s.path.name, endpoint)
+        except (TimeoutError, OSError, SnapshotTransferError) as e:
+            n = r.failures[key] = r.failures.get(key, 0) + 1
+            r.next_try[key] = time.monotonic() + min(2.0**n, 30.0)
+            log.warning("replicating %s/%s to %s failed (%d): %s", s.task_id, s.path.name, endpoint, n, e)
+
+    async def replicate(self, endpoint: str, task_id: str, epoch: int, iteration: int) -> None:
+        """Push this node's own snapshot (task, epoch, iteration) to the peer at ``endpoint``."""
+        src = self.root / self.node / safe_name(task_id, "task id") / snapshot_name(epoch, iteration)
+        if not is_complete(src):
+            raise SnapshotTransferError(f"{src} is not a complete snapshot")
+        files = _files_of(src)
+        header = {
+            "op": "put",
+            "origin": self.node,
+            "task_id": task_id,
+            "epoch": epoch,
+            "iteration": iteration,
+            "files": [{"name": f.name, "size": f.stat().st_size} for f in files],
+        }
+        reader, writer = await self._connect(endpoint)
+        try:
+            await self._send_header(writer, header)
+            for f in files:
+                await self._send_file(writer, f)
+            reply = await self._read_header(reader)
+            if not reply.get("ok"):
+                raise SnapshotTransferError(f"{endpoint} refused the replica: {reply.get('error')}")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def fetch(self, endpoint: str, task_id: str, iteration: int) -> list[Path]:
+        """Copy the peer's complete snapshot of ``task_id`` at ``iteration`` (all the origins it
+        holds) into this node's shm; returns the local directories (ready for ``restore``)."""
+        safe_name(task_id, "task id")
+        reader, writer = await self._connect(endpoint)
+        paths = []
+        try:
+            await self._send_header(writer, {"op": "get", "task_id": task_id, "iteration": iteration})
+            reply = await self._read_header(reader)
+            if not reply.get("ok"):
+                raise SnapshotTransferError(f"{endpoint}: {reply.get('error')}")
+            for snap in reply["snapshots"]:
+                paths.append(await self._receive(reader, snap))
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        if not paths:
+            raise SnapshotTransferError(f"{endpoint} sent no snapshot of {task_id} at {iteration}")
+        return sorted(paths)
+
+    # ------------------------------------------------------------------ server
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            header = await self._read_header(reader)
+            op = header.get("op")
+            if op == "put":
+                try:
+                    await self._receive(reader, header)
+                    await self._send_header(writer, {"ok": True})
+                except (SnapshotTransferError, ValueError) as e:
+                    await self._send_header(writer, {"ok": False, "error": str(e)})
+            elif op == "get":
+                await self._serve_get(writer, header)
+            else:
+                await self._send_header(writer, {"ok": False, "error": f"unknown op {op!r}"})
+        except (TimeoutError, OSError, SnapshotTransferError, asyncio.IncompleteReadError) as e:
+            log.warning("snapshot peer request failed: %s", e)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve_get(self, writer: asyncio.StreamWriter, header: dict[str, Any]) -> None:
+        try:
+            task_id = safe_name(str(header.get("task_id")), "task id")
+            iteration = int(header["iteration"])
+            dirs = find_snapshot(self.root, task_id, iteration)
+        except Exception as e:
+            await self._send_header(writer, {"ok": False, "error": str(e)})
+            return
+        headers: list[dict[str, Any]] = []
+        sources: list[list[Path]] = []
+        for d in dirs:
+            epoch, it = parse_snapshot_name(d.name) or (0, 0)
+            files = _files_of(d)
+            sources.append(files)
+            headers.append(
+                {
+                    "origin": d.parent.parent.name,
+                    "task_id": task_id,
+                    "epoch": epoch,
+                    "iteration": it,
+                    "files": [{"name": f.name, "size": f.stat().st_size} for f in files],
+                }
+            )
+        await self._send_header(writer, {"ok": True, "snapshots": headers})
+        for files in sources:
+            for f in files:
+                await self._send_file(writer, f)
+
+    async def _receive(self, reader: asyncio.StreamReader, header: dict[str, Any]) -> Path:
+        """Read the files of one snapshot into a temp dir, then rename it into place (atomic)."""
+        origin = safe_name(str(header.get("origin")), "node")
+        task_id = safe_name(str(header.get("task_id")), "task id")
+        epoch, iteration = int(header["epoch"]), int(header["iteration"])
+        files = header.get("files")
+        if not isinstance(files, list) or not files:
+            raise SnapshotTransferError("no files in the snapshot header")
+        names = [str(f.get("name")) for f in files]
+        if (
+            COMPLETE not in names
+            or any(not is_snapshot_file(n) for n in names)
+            or len(set(names)) != len(names)
+        ):
+            raise SnapshotTransferError(f"bad snapshot file list {names}")
+        tmp = self.root / INCOMING / uuid.uuid4().hex
+        tmp.mkdir(parents=True)
+        try:
+            for f in files:
+                size = int(f["size"])
+                if not 0 <= size <= MAX_FILE_BYTES:
+                    raise SnapshotTransferError(f"bad file size {size}")
+                await self._recv_file(reader, tmp / str(f["name"]), size)
+            if task_id in self._dropped:
+                raise SnapshotTransferError(f"task {task_id} was dropped on {self.node}")
+            final = self.root / origin / task_id / snapshot_name(epoch, iteration)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(tmp, final)
+            except OSError:  # already there (a repeated push or fetch): keep the one we have
+                if not is_complete(final):
+                    raise
+            return final
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # ------------------------------------------------------------------ framing
+    async def _connect(self, endpoint: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise SnapshotTransferError(f"bad endpoint {endpoint!r} (want host:port)")
+        try:
+            return await asyncio.wait_for(asyncio.open_connection(host, int(port)), self.cfg.timeout_s)
+        except TimeoutError as e:
+            raise SnapshotTransferError(f"connecting to {endpoint} timed out") from e
+
+    async def _send_header(self, writer: asyncio.StreamWriter, header: dict[str, Any]) -> None:
+        raw = json.dumps(header).encode()
+        writer.write(_HEADER.pack(len(raw)) + raw)
+        await asyncio.wait_for(writer.drain(), self.cfg.timeout_s)
+
+    async def _read_header(self, reader: asyncio.StreamReader) -> dict[str, Any]:
+        try:
+            (n,) = _HEADER.unpack(await asyncio.wait_for(reader.readexactly(4), self.cfg.timeout_s))
+            if n > MAX_HEADER_BYTES:
+                raise SnapshotTransferError(f"header of {n} bytes")
+            raw = await asyncio.wait_for(reader.readexactly(n), self.cfg.timeout_s)
+        except asyncio.IncompleteReadError as e:
+            raise SnapshotTransferError("peer closed the connection") from e
+        except TimeoutError as e:
+            raise SnapshotTransferError("peer sent nothing in time") from e
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise SnapshotTransferError("header is not a JSON object")
+        return header
+
+    async def _send_file(self, writer: asyncio.StreamWriter, path: Path) -> None:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(CHUNK):
+                writer.write(chunk)
+                await asyncio.wait_for(writer.drain(), self.cfg.timeout_s)
+
+    async def _recv_file(self, reader: asyncio.StreamReader, path: Path, size: int) -> None:
+        with open(path, "wb") as fh:
+            left = size
+            while left:
+                try:
+                    chunk = await asyncio.wait_for(reader.readexactly(min(left, CHUNK)), self.cfg.timeout_s)
+                except asyncio.IncompleteReadError as e:
+                    raise SnapshotTransferError(f"transfer of {path.name} broke off") from e
+                except TimeoutError as e:
+                    raise SnapshotTransferError(f"transfer of {path.name} stalled") from e
+                fh.write(chunk)
+                left -= len(chunk)
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _files_of(d: Path) -> list[Path]:
+    """The snapshot's files, ``COMPLETE`` last (a receiver sees the marker only after the data)."""
+    files = sorted((f for f in d.iterdir() if f.is_file() and is_snapshot_file(f.name)), key=lambda f: f.name)
+    return [f for f in files if f.name != COMPLETE] + [f for f in files if f.name == COMPLETE]
+
+
+def _replica_of(path: Path) -> str | None:
+    for m in read_rank_metas(path):
+        if m.replica:
+            return m.replica
+    return None
