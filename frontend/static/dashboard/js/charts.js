@@ -83,11 +83,15 @@ export function timeChart(container, { series, yLabel = "", yFormat = (v) => Str
   }).observe(host);
   host.dataset.points = "0";
   host.dataset.markers = "0";
+  // per series: how many points hold a value (tests and screenshots wait on it)
+  const countValues = () => { host.dataset.values = chart.data.slice(1).map((a) => a.filter((v) => v !== null && v !== undefined).length).join(","); };
+  countValues();
 
   chart.setData = (xs, ys) => {
     chart.data = [xs, ...ys];
     chart.plot.setData(chart.data);
     host.dataset.points = String(xs.length);
+    countValues();
   };
   chart.append = (t, values) => {
     const [xs, ...ys] = chart.data;
@@ -99,6 +103,7 @@ export function timeChart(container, { series, yLabel = "", yFormat = (v) => Str
     if (xs.length > maxPoints) { xs.shift(); ys.forEach((a) => a.shift()); }
     chart.plot.setData(chart.data);
     host.dataset.points = String(xs.length);
+    countValues();
   };
   chart.setMarkers = (markers) => {
     chart.markers = markers;

@@ -8,7 +8,6 @@ export const EP = {
   node: (id) => `nodes/${id}/`,
   nodeDrain: (id) => `nodes/${id}/drain/`,
   nodeClearQuarantine: (id) => `nodes/${id}/clear-quarantine/`,
-  // Not in the API yet (reported as missing): the button is wired to this path and shows its error.
   nodeInjectFault: (id) => `nodes/${id}/inject-fault/`,
   devices: "devices/",
   failureEvents: "failure-events/",
@@ -19,6 +18,7 @@ export const EP = {
   plans: "plans/",
   transitions: "transitions/",
   clusterSeries: "metrics/cluster/",
+  summary: "summary/",
   taskSeries: (id) => `metrics/tasks/${id}/`,
   audit: "audit/",
 };

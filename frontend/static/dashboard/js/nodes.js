@@ -5,12 +5,14 @@ import { onLive } from "./live.js";
 import { loadCluster, nodeHealth, renderGrid } from "./grid.js";
 
 const DRAINABLE = new Set(["joining", "healthy", "suspect"]);
+// The agent's drill kinds (controlplane.core.protocol.FaultKind), with what each one exercises.
 const FAULTS = [
-  ["worker_crash", "Kill a worker process (sev2)"],
-  ["cuda_error", "Raise a CUDA error in a worker (sev2)"],
-  ["hang", "Hang a collective (statistical monitor)"],
-  ["network_flap", "Connection reset (sev3)"],
-  ["node_loss", "Stop the node agent (sev1)"],
+  ["crash", "Crash: SIGKILL a worker (process supervision, sev2)"],
+  ["exception", "Exception in the training step (exception propagation, sev2)"],
+  ["hang", "Hang in a collective (statistical monitoring, stack captured)"],
+  ["straggler", "Straggler: slow a rank down (statistical monitoring)"],
+  ["network_error", "Connection reset (exception propagation, sev3, retry in place)"],
+  ["node_loss", "Node loss: the agent dies with all its workers (heartbeats, sev1)"],
 ];
 
 let cluster = null;
@@ -49,9 +51,81 @@ function render() {
 }
 
 function faultControl(n) {
-  const sel = el("select", { "aria-label": `Fault to inject on ${n.name}`, class: "btn-sm" }, FAULTS.map(([v, l]) => el("option", { value: v }, l)));
-  return el("span", { class: "row-actions" }, sel,
-    el("button", { class: "btn btn-sm btn-danger", type: "button", onclick: () => inject(n, sel.value, sel.selectedOptions[0].textContent), "data-testid": "inject-fault" }, "Inject fault"));
+  return el("button", { class: "btn btn-sm btn-danger", type: "button", onclick: () => faultDialog(n), "data-testid": "inject-fault" }, "Fault drill…");
+}
+
+/** Ranks of running tasks on node `n`, grouped by task: [{task, ranks: [{rank, device}]}]. */
+function localTargets(n) {
+  const byTask = new Map();
+  for (const d of cluster.devicesByNode.get(n.id) || []) {
+    const a = cluster.allocByDevice.get(d.id);
+    if (!a) continue;
+    const task = cluster.taskById.get(a.task);
+    if (!task || task.state !== "running") continue;
+    if (!byTask.has(task.id)) byTask.set(task.id, { task, ranks: [] });
+    byTask.get(task.id).ranks.push({ rank: a.rank, device: d.index });
+  }
+  return [...byTask.values()];
+}
+
+/**
+ * The drill form: fault kind, target (a running task's rank on this node, or all its ranks here),
+ * slowdown for a straggler. Confirming posts it; the API's field errors are shown at the fields and
+ * the dialog stays open. Resolves when the dialog closes.
+ */
+function faultDialog(n) {
+  const targets = localTargets(n);
+  const fault = el("select", { name: "fault", "data-testid": "fault-kind" }, FAULTS.map(([v, l]) => el("option", { value: v }, l)));
+  const target = el("select", { name: "target", "data-testid": "fault-target" },
+    targets.length ? targets.map(({ task, ranks }) => [
+      el("option", { value: `${task.id}:` }, `${task.name} — all ${ranks.length} rank(s) on ${n.name}`),
+      ranks.sort((x, y) => x.rank - y.rank).map((r) => el("option", { value: `${task.id}:${r.rank}` }, `${task.name} — rank ${r.rank} (device ${r.device})`)),
+    ]) : el("option", { value: "" }, `no running task on ${n.name}`));
+  const slowdown = el("input", { name: "slowdown", type: "number", min: "1", max: "100", step: "0.5", value: "3" });
+  const errs = Object.fromEntries(["fault", "task", "rank", "slowdown", "form"].map((k) => [k, el("span", { class: "field-error", hidden: true, "data-field-error": k })]));
+  const targetField = el("label", { class: "field" }, "Target", target, errs.task, errs.rank);
+  const slowField = el("label", { class: "field" }, "Slowdown (× compute time)", slowdown, errs.slowdown);
+  const ok = el("button", { class: "btn btn-primary btn-danger-fill", type: "submit", "data-testid": "confirm-inject" }, "Inject fault");
+  const form = el("form", { method: "dialog", class: "fault-form" },
+    el("h2", {}, `Fault-injection drill on ${n.name}`),
+    el("p", { class: "muted" }, "This disturbs real training on this node: the control plane detects the fault, classifies it and heals as it would for a real one."),
+    el("label", { class: "field" }, "Fault", fault, errs.fault),
+    targetField, slowField, errs.form,
+    el("div", { class: "dialog-actions" }, el("button", { class: "btn", type: "button", onclick: () => dlg.close() }, "Cancel"), ok));
+  const dlg = el("dialog", { class: "dialog", "data-testid": "fault-dialog" }, form);
+  const sync = () => {
+    targetField.hidden = fault.value === "node_loss";
+    slowField.hidden = fault.value !== "straggler";
+    ok.disabled = fault.value !== "node_loss" && !targets.length;
+  };
+  fault.addEventListener("change", sync);
+  sync();
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    for (const e of Object.values(errs)) e.hidden = true;
+    const body = { fault: fault.value };
+    if (fault.value !== "node_loss") {
+      const [task, rank] = target.value.split(":");
+      body.task = task ? Number(task) : null;
+      if (rank) body.rank = Number(rank);
+    }
+    if (fault.value === "straggler") body.slowdown = Number(slowdown.value);
+    ok.disabled = true;
+    try {
+      const cmd = await api(EP.nodeInjectFault(n.id), { method: "POST", body });
+      dlg.close();
+      toast(`Drill ${fault.value} queued for ${n.name} (command ${String(cmd.command_id).slice(0, 8)}); the agent acks it when the fault fires.`, { kind: "ok", testid: "fault-queued" });
+    } catch (e) {
+      const fe = e.fieldErrors || {};
+      const known = Object.keys(fe).filter((k) => errs[k]);
+      for (const k of known) { errs[k].textContent = fe[k].join(" "); errs[k].hidden = false; }
+      if (!known.length) { errs.form.textContent = e.message; errs.form.hidden = false; }
+    } finally { sync(); }
+  });
+  dlg.addEventListener("close", () => dlg.remove());
+  document.body.append(dlg);
+  dlg.showModal();
+  fault.focus();
 }
 
 async function act(confirm, path, body, done) {
@@ -66,7 +140,6 @@ async function act(confirm, path, body, done) {
 
 const drain = (n) => act({ title: `Drain ${n.name}?`, body: "No new work is placed on it; its agent is told to drain and the planner moves its tasks.", confirmText: "Drain", danger: true }, EP.nodeDrain(n.id), undefined, `${n.name} is draining.`);
 const clearQuarantine = (n) => act({ title: `Clear quarantine on ${n.name}?`, body: "The node goes back to joining and may be used by plans again.", confirmText: "Clear quarantine" }, EP.nodeClearQuarantine(n.id), undefined, `Quarantine cleared on ${n.name}.`);
-const inject = (n, fault, label) => act({ title: `Fault-injection drill on ${n.name}`, body: `${label}. This disturbs real training on this node.`, confirmText: "Inject fault", danger: true }, EP.nodeInjectFault(n.id), { fault }, `Fault ${fault} sent to ${n.name}.`);
 
 onLive(["node.", "device.", "task.", "live.reconnected"], debounce(refresh, 150));
 refresh();

@@ -1,5 +1,5 @@
 // Cluster overview: headline figures, live WAF chart with failure/transition markers, device grid.
-import { $, $$, api, apiList, badge, clear, debounce, el, empty, errorBox, fmtAgo, fmtFlops, fmtPct, fmtSecs, parseTime, secondsBetween } from "./core.js";
+import { $, $$, api, apiList, badge, clear, debounce, el, empty, errorBox, fmtAgo, fmtFlops, fmtPct, fmtSecs, parseTime } from "./core.js";
 import { EP } from "./endpoints.js";
 import { onLive } from "./live.js";
 import { legendNote, timeChart } from "./charts.js";
@@ -49,9 +49,8 @@ async function refreshChart() {
     const [xs, ys] = mergeSeries(achieved, optimum);
     chart.setData(xs, ys);
     updateMarkers();
-    if (!xs.length) $("#waf-note").append(el("div", { class: "empty", id: "waf-empty" }, "No WAF samples in this range yet."));
+    if (!xs.length) { if (!$("#waf-empty")) $("#waf-note").append(el("div", { class: "empty", id: "waf-empty" }, "No WAF samples in this range yet: the sampler writes one every few seconds.")); }
     else $("#waf-empty")?.remove();
-    updateWafFigures();
   } catch (e) {
     chart = null;
     clear(box, errorBox(e));
@@ -68,29 +67,17 @@ function updateMarkers() {
   chart.setMarkers(m);
 }
 
-function lastValue(arr) { for (let i = arr.length - 1; i >= 0; i--) if (arr[i] !== null && arr[i] !== undefined) return arr[i]; return null; }
-
-function updateWafFigures() {
+function onWafSample(p) {
+  // metrics.sample_cluster_waf's tick: {at, achieved, optimum, goodput}
   if (!chart) return;
-  const [xs, ach, opt] = chart.data;
-  const now = lastValue(ach), best = lastValue(opt);
-  $("#fig-waf").textContent = fmtFlops(now);
-  $("#fig-waf-share").textContent = now !== null && best ? `${fmtPct(now / best)} of optimum (${fmtFlops(best)})` : "optimum unknown";
-  // goodput over the last hour: trapezoid integrals of achieved and optimum over the same timestamps
-  const since = Date.now() / 1000 - 3600;
-  let a = 0, o = 0;
-  for (let i = 1; i < xs.length; i++) {
-    if (xs[i - 1] < since) continue;
-    const dt = xs[i] - xs[i - 1];
-    if (ach[i] !== null && ach[i - 1] !== null && opt[i] !== null && opt[i - 1] !== null) {
-      a += dt * (ach[i] + ach[i - 1]) / 2;
-      o += dt * (opt[i] + opt[i - 1]) / 2;
-    }
-  }
-  $("#fig-goodput").textContent = o > 0 ? fmtPct(a / o) : "—";
+  chart.append(parseTime(p.at).getTime() / 1000, [p.achieved, p.optimum]);
+  $("#waf-empty")?.remove();
+  showWaf(p.achieved, p.optimum);
+  summarySoon();
 }
 
 function onSamples(p) {
+  // cluster samples written through metrics.services.do_record_samples (imports, backfills)
   if (!chart) return;
   const byTime = new Map();
   for (const s of p.samples || []) {
@@ -103,8 +90,56 @@ function onSamples(p) {
     byTime.set(t, e);
   }
   for (const [t, vals] of byTime) chart.append(t, vals);
-  if (byTime.size) { $("#waf-empty")?.remove(); updateWafFigures(); }
+  if (byTime.size) {
+    $("#waf-empty")?.remove();
+    const last = [...byTime.entries()].sort((a, b) => a[0] - b[0]).at(-1)[1];
+    if (last[0] !== undefined) showWaf(last[0], last[1]);
+    summarySoon();
+  }
 }
+
+// ---- headline figures: GET /api/v1/summary/ (computed in SQL) ---------------------------------------
+let summary = null;
+
+function showWaf(achieved, optimum) {
+  $("#fig-waf").textContent = fmtFlops(achieved);
+  const best = optimum ?? summary?.optimum?.value ?? null;
+  $("#fig-waf-share").textContent = achieved !== null && achieved !== undefined && best
+    ? `${fmtPct(achieved / best)} of optimum (${fmtFlops(best)})` : "optimum unknown";
+}
+
+function renderSummary(s) {
+  summary = s;
+  if (s.waf) {
+    showWaf(s.waf.value, s.optimum ? s.optimum.value : null);
+    const age = (Date.now() - parseTime(s.waf.at).getTime()) / 1000;
+    if (age > 60) $("#fig-waf-share").textContent += ` · as of ${fmtAgo(s.waf.at)}`;
+  } else {
+    $("#fig-waf").textContent = "—";
+    $("#fig-waf-share").textContent = "no WAF sample yet";
+  }
+  $("#fig-goodput").textContent = s.goodput_1h === null ? "—" : fmtPct(s.goodput_1h);
+  $("#fig-goodput-sub").textContent = s.goodput_1h === null
+    ? "no task scheduled in the last hour"
+    : `${fmtSecs(s.goodput_useful_s)} useful of ${fmtSecs(s.goodput_scheduled_s)} task time`;
+  $("#fig-failures").textContent = `${s.failures_1h} / ${s.failures_24h}`;
+  const bySev = s.failures_24h_by_severity || {};
+  $("#fig-failures-sub").textContent = Object.keys(bySev).sort().map((k) => `${k}: ${bySev[k]}`).join(" · ") || "none in 24 h";
+  $("#fig-detect").textContent = fmtSecs(s.mean_detection_latency_s);
+  $("#fig-detect-sub").textContent = s.detection_samples ? `occurred → detected, ${s.detection_samples} in 24 h` : "occurred → detected, 24 h";
+  $("#fig-transition").textContent = fmtSecs(s.mean_transition_s);
+  $("#fig-transition-sub").textContent = s.transitions_24h ? `started → finished, ${s.transitions_24h} in 24 h` : "started → finished, 24 h";
+}
+
+async function refreshSummary() {
+  try {
+    renderSummary(await api(EP.summary));
+    $("#figures").dataset.loaded = "true";
+  } catch (e) {
+    $("#fig-waf-share").textContent = `summary unavailable: ${e.message}`;
+  }
+}
+const summarySoon = debounce(refreshSummary, 300);
 
 // ---- failures, transitions, figures --------------------------------------------------------------
 async function refreshEvents() {
@@ -118,18 +153,7 @@ async function refreshEvents() {
     clear($("#recent-failures"), errorBox(e));
     return;
   }
-  const daySince = Date.now() - DAY * 1000, hourSince = Date.now() - 3600 * 1000;
-  const inDay = failures.filter((f) => parseTime(f.detected_at)?.getTime() >= daySince);
-  const inHour = inDay.filter((f) => parseTime(f.detected_at).getTime() >= hourSince);
-  $("#fig-failures").textContent = `${inHour.length} / ${inDay.length}`;
-  const bySev = {};
-  for (const f of inDay) bySev[f.severity] = (bySev[f.severity] || 0) + 1;
-  $("#fig-failures-sub").textContent = Object.keys(bySev).sort().map((k) => `${k}: ${bySev[k]}`).join(" · ") || "none in 24 h";
-  const lat = inDay.map((f) => secondsBetween(f.occurred_at, f.detected_at)).filter((x) => x !== null && x >= 0);
-  $("#fig-detect").textContent = lat.length ? fmtSecs(lat.reduce((s, x) => s + x, 0) / lat.length) : "—";
-  const tt = transitions.map((t) => secondsBetween(t.started_at, t.finished_at)).filter((x) => x !== null && x >= 0);
-  $("#fig-transition").textContent = tt.length ? fmtSecs(tt.reduce((s, x) => s + x, 0) / tt.length) : "—";
-  renderRecentFailures(inDay.slice(0, 8));
+  renderRecentFailures(failures.slice(0, 8));
   updateMarkers();
 }
 
@@ -184,8 +208,11 @@ const gridSoon = debounce(refreshGrid, 150);
 const eventsSoon = debounce(refreshEvents, 150);
 onLive(["node.", "device.", "task.", "live.reconnected"], gridSoon);
 onLive(["failure_event.", "transition.", "plan.", "live.reconnected"], eventsSoon);
+onLive(["failure_event.", "transition.", "live.reconnected"], summarySoon);
 onLive("metrics.samples", onSamples);
+onLive("waf.sample", onWafSample);
 onLive("live.reconnected", refreshChart);
 
 refreshGrid();
+refreshSummary();
 refreshEvents().then(refreshChart);
