@@ -37,6 +37,7 @@ from controlplane.apps.incidents.services import (
     do_resolve_alert,
 )
 from controlplane.apps.metrics.choices import MetricKind
+from controlplane.apps.metrics.selectors import get_goodput
 from controlplane.apps.metrics.services import Sample, do_record_samples
 from controlplane.apps.planning.choices import PlanTrigger, StepState, TransitionState
 from controlplane.apps.planning.models import Plan, Transition, TransitionStep
@@ -404,35 +405,53 @@ def _seed_history(demo: DemoCluster, now: datetime) -> None:
 
 
 def _seed_metrics(demo: DemoCluster, now: datetime) -> None:
+    """An hour of samples that obey the definitions the live sampler uses (metrics.tasks): each task's
+    achieved FLOP/s, cluster WAF = Σ w·FLOP/s, the healthy-cluster optimum (drops when node-c is
+    quarantined), iteration counters that stall while a task is detected and reconfigured, and the
+    rolling goodput computed from them by the same SQL."""
     big, mid, small = demo.tasks
     samples: list[Sample] = []
     start = now - timedelta(minutes=60)
     fail_at = now - timedelta(minutes=21)
     crash_at = now - timedelta(minutes=38)
-    for i in range(0, 3600, 15):
+    step_s = 15
+    # (task, iteration time s, tokens/s, achieved FLOP/s before / after the re-plan) per the plans' WAF
+    rates = [
+        (big, 2.61, 400_000, 1.975e15, 1.975e15),
+        (mid, 1.9, 550_000, 1.57e15, 0.94e15),
+        (small, 0.48, 270_000, 0.62e15, 0.32e15),
+    ]
+    iterations = {t.pk: 0.0 for t in demo.tasks}
+    for i in range(0, 3600, step_s):
         at = start + timedelta(seconds=i)
         wobble = 1 + 0.015 * math.sin(i / 97) + 0.01 * math.sin(i / 23)
         after_loss = at >= fail_at
-        optimum = 6.12e15 if not after_loss else 5.02e15
-        achieved = optimum * 0.93 * wobble
-        if fail_at <= at < fail_at + timedelta(seconds=20):
-            achieved = optimum * 0.35
-        if crash_at <= at < crash_at + timedelta(seconds=15):
-            achieved = optimum * 0.78
-        samples.append(Sample(MetricKind.CLUSTER_WAF, achieved, at))
-        samples.append(Sample(MetricKind.OPTIMAL_WAF, 6.12e15, at))
-        for task, it, tok in [(big, 2.61, 400_000), (mid, 1.9, 550_000), (small, 0.48, 270_000)]:
-            scale = 1.0
-            if after_loss and task is mid:
-                scale = 0.6
-            if after_loss and task is small:
-                scale = 0.5
+        waf = 0.0
+        for task, it, tok, flops_before, flops_after in rates:
+            stalled = (task in (mid, small) and fail_at <= at < fail_at + timedelta(seconds=20)) or (
+                task is mid and crash_at <= at < crash_at + timedelta(seconds=15)
+            )
             t_iter = it * (1 + 0.04 * math.sin(i / 41 + task.pk))
             if task is mid and fail_at - timedelta(seconds=8) <= at < fail_at:
-                t_iter = 7.4
-            samples.append(Sample(MetricKind.ITERATION_TIME, t_iter, at, task.pk, i // 3))
-            samples.append(Sample(MetricKind.TOKENS_PER_S, tok * scale * wobble, at, task.pk, i // 3))
+                t_iter = 7.4  # the hang the statistical monitor caught
+            flops = 0.0 if stalled else (flops_after if after_loss else flops_before) * 0.93 * wobble
+            waf += task.weight * flops
+            if not stalled:
+                iterations[task.pk] += step_s / t_iter
+            done = int(iterations[task.pk])
+            scale = flops / (flops_before * 0.93) if flops_before else 0.0
+            samples.append(Sample(MetricKind.ITERATION_TIME, t_iter, at, task.pk, done))
+            samples.append(Sample(MetricKind.TOKENS_PER_S, tok * scale, at, task.pk, done))
+            samples.append(Sample(MetricKind.ACHIEVED_FLOPS, flops, at, task.pk, done))
+        samples.append(Sample(MetricKind.CLUSTER_WAF, waf, at))
+        samples.append(Sample(MetricKind.OPTIMAL_WAF, 5.02e15 if after_loss else 6.12e15, at))
     do_record_samples(samples)
-    TrainingTask.objects.filter(pk=big.pk).update(iteration=1380)
-    TrainingTask.objects.filter(pk=mid.pk).update(iteration=4420)
-    TrainingTask.objects.filter(pk=small.pk).update(iteration=7490)
+    goodput = []
+    for i in range(60, 3600, step_s):
+        at = start + timedelta(seconds=i)
+        ratio = get_goodput(at - timedelta(seconds=60), at).ratio
+        if ratio is not None:
+            goodput.append(Sample(MetricKind.GOODPUT, min(ratio, 1.0), at))
+    do_record_samples(goodput)
+    for task in demo.tasks:
+        TrainingTask.objects.filter(pk=task.pk).update(iteration=int(iterations[task.pk]))
