@@ -1,6 +1,7 @@
 """Transitions (DESIGN §7): where each rank of a new epoch takes its state from, and what it costs.
 
-Pure: no Django, no torch. ``migration`` chooses state sources by the nearest principle.
+Pure: no Django, no torch. ``migration`` chooses state sources by the nearest principle;
+``snapshots`` turns agents' snapshot reports into the complete copies it chooses from.
 """
 
 from controlplane.core.transitions.migration import (
@@ -11,6 +12,7 @@ from controlplane.core.transitions.migration import (
     SnapshotCopy,
     choose_state_sources,
 )
+from controlplane.core.transitions.snapshots import complete_snapshot_copies, megatron_shard_of
 
 __all__ = [
     "SOURCE_ORDER",
@@ -19,4 +21,6 @@ __all__ = [
     "NewRank",
     "SnapshotCopy",
     "choose_state_sources",
+    "complete_snapshot_copies",
+    "megatron_shard_of",
 ]
