@@ -59,7 +59,10 @@ from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.incidents.services import FailureReport, do_raise_alert, do_record_failure_event
 from controlplane.apps.metrics.choices import MetricKind
 from controlplane.apps.metrics.services import Sample, do_record_samples
+from controlplane.apps.planning.transitions import do_record_rank_resumed, on_command_settled
+from controlplane.apps.planning.triggers import request_failure_handling, request_replan
 from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.services import do_mark_rank_finished, do_record_progress
 from controlplane.core import failures
 from controlplane.core.planning import DEVICE_KINDS
 from controlplane.core.protocol import (
@@ -72,6 +75,7 @@ from controlplane.core.protocol import (
     IterationStats,
     ProtocolError,
     ProtocolViolation,
+    TransitionReport,
     WorkerReport,
     decode_agent_frame,
     encode,
@@ -165,6 +169,7 @@ def _bring_back(node: Node, reason: str) -> Node:
         node = do_set_node_state(node, NodeState.JOINING, reason)
     if node.state in (NodeState.JOINING, NodeState.SUSPECT):
         node = do_set_node_state(node, NodeState.HEALTHY, reason)
+        request_replan("node_joined")  # capacity came back: tasks may grow (a no-op plan otherwise)
     return node
 
 
@@ -306,7 +311,11 @@ def record_worker_report(node_id: int, report: WorkerReport) -> str:
     event = report.event
     if event.kind == "iteration_stats":
         return _record_iteration_stats(report, event)
-    if event.kind == "started" or (event.kind == "exited" and event.expected):
+    if event.kind == "transition":
+        return _record_transition_report(report, event)
+    if event.kind == "exited" and event.expected:
+        return _record_expected_exit(node_id, report, event)
+    if event.kind == "started":
         return f"{event.kind}: no failure"
     report_id = uuid.UUID(report.report_id)
     if FailureEvent.objects.filter(report_id=report_id).exists():
@@ -338,6 +347,13 @@ def record_worker_report(node_id: int, report: WorkerReport) -> str:
     )
     if not created:
         return "duplicate report"
+    FailureEvent.objects.filter(pk=stored.pk).update(task_epoch=report.epoch)
+    current = task is not None and report.epoch == task.epoch
+    if current or task is None:
+        request_failure_handling(stored.pk)
+    else:  # fencing: evidence from an older epoch never triggers an action
+        now = timezone.now()
+        FailureEvent.objects.filter(pk=stored.pk).update(handled_at=now, resolved_at=now)
     if device is not None:
         do_count_device_error(device, c.severity.value)
     if c.severity is failures.Severity.SEV1:
@@ -350,10 +366,48 @@ def record_worker_report(node_id: int, report: WorkerReport) -> str:
     return f"failure event {stored.pk} {c.severity} {c.rule}"
 
 
+def _current_task(report: WorkerReport) -> TrainingTask | None:
+    """The report's task when the report belongs to its current epoch (fencing), else None."""
+    task_pk = _task_pk(report.task_id)
+    if task_pk is None:
+        return None
+    return TrainingTask.objects.filter(pk=task_pk, epoch=report.epoch).first()
+
+
+def _record_transition_report(report: WorkerReport, event: TransitionReport) -> str:
+    task = _current_task(report)
+    if task is None:
+        return "transition report: stale epoch or unknown task"
+    do_record_progress(task, event.iteration)
+    do_record_rank_resumed(
+        task.pk, report.epoch, report.rank, event.iteration, event.iteration, event.model_dump(mode="json")
+    )
+    return f"transition report of rank {report.rank} (source {event.source})"
+
+
+def _record_expected_exit(node_id: int, report: WorkerReport, event: Any) -> str:
+    """A rank exited on purpose. Exit code 0 at the current epoch on a healthy node means it finished its
+    iterations; when every rank has, the task is completed (and the workload manager re-plans)."""
+    task = _current_task(report)
+    finished = event.exit_code == 0 and event.signal is None
+    if task is None or not finished:
+        return "exited: expected"
+    if not Node.objects.filter(pk=node_id, state=NodeState.HEALTHY).exists():
+        return "exited: expected (node not healthy: not counted as finished)"
+    completed = do_mark_rank_finished(task, report.epoch, report.rank)
+    return f"exited: rank {report.rank} finished{'; task completed' if completed else ''}"
+
+
 def _record_iteration_stats(report: WorkerReport, stats: IterationStats) -> str:
-    """Rank 0's interval summary becomes the task's samples. Iteration time is the same on every rank
+    """Every rank's progress at the current epoch advances the task and its transition's resume step.
+    Rank 0's interval summary becomes the task's samples. Iteration time is the same on every rank
     (the step ends with a collective); tokens and model FLOPs are the rank's share of the global batch
     (the worker splits it evenly), so the task's rates are the share times the number of active ranks."""
+    task = _current_task(report)
+    if task is not None and stats.iterations > 0:
+        do_record_progress(task, stats.last_iteration)
+        first, last = stats.first_iteration, stats.last_iteration
+        do_record_rank_resumed(task.pk, report.epoch, report.rank, first, last)
     task_pk = _task_pk(report.task_id)
     if report.rank != 0 or task_pk is None or stats.iterations == 0 or stats.median_s <= 0:
         return "iteration stats: not recorded (not rank 0 or empty)"
@@ -404,7 +458,8 @@ def record_ack(node_id: int, ack: Ack) -> str | None:
         do_mark_command_sent(row)
         row.refresh_from_db()
     ok = ack.outcome in _OK_OUTCOMES
-    do_ack_command(row, ok, "" if ok else f"{ack.outcome}: {ack.detail}".strip(": "))
+    if do_ack_command(row, ok, "" if ok else f"{ack.outcome}: {ack.detail}".strip(": ")):
+        on_command_settled(row)
     return None
 
 

@@ -23,6 +23,7 @@ from controlplane.apps.fleet.choices import (
 )
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 from controlplane.apps.fleet.tokens import hash_node_token, new_node_token
+from controlplane.apps.planning.triggers import request_replan
 from controlplane.live.broadcast import send_event_on_commit
 from controlplane.live.commands import notify_agent_on_commit
 
@@ -126,6 +127,7 @@ def do_drain_node(actor: Actor, node: Node) -> Node:
     do_enqueue_command(node, CommandType.DRAIN, {})
     do_record_audit(actor, "drain_node", node, {"state": before}, {"state": node.state})
     send_event_on_commit("node.state", {**node_event(node), "reason": "drained by operator"})
+    request_replan("node_left")
     return node
 
 
@@ -167,6 +169,7 @@ def do_clear_quarantine(actor: Actor, node: Node) -> Node:
         {"quarantined": False, "state": node.state},
     )
     send_event_on_commit("node.state", {**node_event(node), "reason": "quarantine cleared"})
+    request_replan("node_joined")
     return node
 
 
@@ -199,10 +202,16 @@ def do_enqueue_command(
     payload: dict[str, Any],
     task_id: int | None = None,
     task_epoch: int | None = None,
+    transition_id: int | None = None,
 ) -> AgentCommand:
     """Persist a command for ``node``; the agent link sends it and re-sends it until acked."""
     command = AgentCommand.objects.create(
-        node=node, type=type, payload=payload, task_id=task_id, task_epoch=task_epoch
+        node=node,
+        type=type,
+        payload=payload,
+        task_id=task_id,
+        task_epoch=task_epoch,
+        transition_id=transition_id,
     )
     send_event_on_commit(
         "agent_command.queued", {"node": node.name, "command_id": str(command.command_id), "type": type}
@@ -238,6 +247,16 @@ def do_ack_command(command: AgentCommand, ok: bool, error: str = "") -> bool:
         AgentCommand, command.pk, COMMAND_MACHINE, command.state, new, acked_at=timezone.now(), error=error
     )
     return True
+
+
+def do_fail_stale_commands(task_id: int, epoch: int, reason: str) -> int:
+    """Commands of a task's older epochs that were never acknowledged will never be sent (again): the
+    task moved on (fencing on the coordinator side, too)."""
+    return (
+        AgentCommand.objects.filter(task_id=task_id, task_epoch__lt=epoch)
+        .filter(state__in=[CommandState.PENDING, CommandState.SENT])
+        .update(state=CommandState.FAILED, error=reason, acked_at=timezone.now())
+    )
 
 
 def do_requeue_unacked_commands(node: Node) -> int:

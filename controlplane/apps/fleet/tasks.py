@@ -33,6 +33,7 @@ from controlplane.apps.fleet.models import Node
 from controlplane.apps.fleet.services import do_set_node_state
 from controlplane.apps.incidents.choices import Action, Detector, Severity
 from controlplane.apps.incidents.services import FailureReport, do_raise_alert, do_record_failure_event
+from controlplane.apps.planning.triggers import request_failure_handling
 from controlplane.core import failures
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ def _declare_lost(node_id: int, now: datetime, lost_after_s: float) -> bool:
         )
     )
     if created:
+        request_failure_handling(event.pk, countdown=0.0)  # isolate, re-plan every task on the node
         do_raise_alert(
             Severity(c.severity.value),
             f"Node {node.name} lost: no heartbeat for {silent_s:.1f}s",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -33,6 +34,8 @@ class PlanRecord:
     compute_time_ms: float
     failure_event: FailureEvent | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    lookup: bool = False
+    explanation: str = ""
 
 
 @transaction.atomic
@@ -46,6 +49,8 @@ def do_record_plan(record: PlanRecord) -> Plan:
         transition_cost=record.transition_cost,
         d_running_s=record.d_running_s,
         compute_time_ms=record.compute_time_ms,
+        lookup=record.lookup,
+        explanation=record.explanation,
     )
     send_event_on_commit(
         "plan.created",
@@ -54,25 +59,48 @@ def do_record_plan(record: PlanRecord) -> Plan:
             "trigger": plan.trigger,
             "expected_waf": plan.expected_waf,
             "decisions": plan.decisions,
+            "lookup": plan.lookup,
+            "compute_time_ms": plan.compute_time_ms,
         },
     )
     return plan
 
 
 def transition_payload(t: Transition) -> dict[str, Any]:
-    return {"id": t.pk, "plan": t.plan_id, "task": t.task_id, "state": t.state, "epoch": t.epoch}
+    return {
+        "id": t.pk,
+        "plan": t.plan_id,
+        "task": t.task_id,
+        "state": t.state,
+        "epoch": t.epoch,
+        "kind": t.kind,
+        "old_workers": t.old_workers,
+        "new_workers": t.new_workers,
+        "error": t.error,
+    }
 
 
 @transaction.atomic
 def do_create_transition(
-    plan: Plan, task: TrainingTask, step_names: list[str], old_workers: int, new_workers: int
+    plan: Plan,
+    task: TrainingTask,
+    step_names: list[str],
+    old_workers: int,
+    new_workers: int,
+    *,
+    step_details: list[dict[str, Any]] | None = None,
+    step_deadlines: list[datetime | None] | None = None,
+    **fields: Any,
 ) -> Transition:
     """A pending transition of ``task`` to the next epoch, with its steps in order."""
     t = Transition.objects.create(
-        plan=plan, task=task, epoch=task.epoch + 1, old_workers=old_workers, new_workers=new_workers
+        plan=plan, task=task, epoch=task.epoch + 1, old_workers=old_workers, new_workers=new_workers, **fields
     )
+    details = step_details or [{} for _ in step_names]
+    deadlines = step_deadlines or [None for _ in step_names]
     TransitionStep.objects.bulk_create(
-        TransitionStep(transition=t, order=i, name=name) for i, name in enumerate(step_names)
+        TransitionStep(transition=t, order=i, name=name, detail=details[i], deadline_at=deadlines[i])
+        for i, name in enumerate(step_names)
     )
     send_event_on_commit("transition.created", transition_payload(t))
     return t

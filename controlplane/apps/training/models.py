@@ -36,6 +36,9 @@ class TrainingTask(models.Model):
     total_iterations = models.PositiveBigIntegerField(
         default=1000, help_text="Iterations to train in total; the task completes when every rank finished."
     )
+    parallel_config = models.JSONField(
+        default=dict, blank=True, help_text="The running layout {tp, pp, dp, micro_batch} (empty: none)."
+    )
     pending_reason = models.TextField(
         blank=True, help_text="Why the task is queued or suspended (empty while it runs)."
     )
@@ -74,6 +77,9 @@ class Allocation(models.Model):
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(
+        null=True, blank=True, help_text="The rank exited after its last iteration (task completion)."
+    )
 
     class Meta:
         ordering = ["task_id", "rank"]

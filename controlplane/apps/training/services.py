@@ -15,6 +15,7 @@ from controlplane.apps.common.errors import AllocationConflict, Conflict, Invali
 from controlplane.apps.fleet.choices import CommandType
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.fleet.services import do_enqueue_command
+from controlplane.apps.planning.triggers import request_replan
 from controlplane.apps.training.choices import (
     CANCELLABLE_TASK_STATES,
     TASK_MACHINE,
@@ -114,6 +115,7 @@ def do_submit_task(actor: Actor, submission: TaskSubmission) -> TrainingTask:
     task = TrainingTask.objects.create(owner=owner, **asdict(submission))
     do_record_audit(actor, "submit_task", task, after=asdict(submission))
     send_event_on_commit("task.submitted", task_event(task))
+    request_replan("task_submitted")
     return task
 
 
@@ -138,6 +140,7 @@ def do_change_weight(actor: Actor, task: TrainingTask, weight: float) -> Trainin
     task.refresh_from_db()
     do_record_audit(actor, "change_weight", task, {"weight": before}, {"weight": weight})
     send_event_on_commit("task.weight_changed", {**task_event(task), "old_weight": before})
+    request_replan("weight_changed")
     return task
 
 
@@ -166,6 +169,7 @@ def do_cancel_task(actor: Actor, task: TrainingTask) -> TrainingTask:
         do_enqueue_command(node, CommandType.STOP_WORKERS, {"task": task.pk}, task.pk, task.epoch)
     do_record_audit(actor, "cancel_task", task, {"state": before}, {"state": task.state})
     send_event_on_commit("task.state", task_event(task))
+    request_replan("task_finished")
     return task
 
 
@@ -188,6 +192,57 @@ def do_set_task_state(task: TrainingTask, new: TaskState, *, bump_epoch: bool = 
 def do_record_progress(task: TrainingTask, iteration: int) -> None:
     """Advance the iteration counter (never backwards)."""
     TrainingTask.objects.filter(pk=task.pk, iteration__lt=iteration).update(iteration=iteration)
+
+
+@transaction.atomic
+def do_bump_epoch(task: TrainingTask, **fields: Any) -> TrainingTask:
+    """A new epoch without a state change (a task re-planned while already reconfiguring, a retry)."""
+    TrainingTask.objects.filter(pk=task.pk).update(epoch=F("epoch") + 1, updated_at=timezone.now(), **fields)
+    task.refresh_from_db()
+    send_event_on_commit("task.epoch", task_event(task))
+    return task
+
+
+def do_set_task_plan_fields(
+    task: TrainingTask, *, pending_reason: str | None = None, parallel_config: dict[str, Any] | None = None
+) -> None:
+    """The workload manager's notes on a task: why it waits, and the layout it runs with."""
+    fields: dict[str, Any] = {}
+    if pending_reason is not None and pending_reason != task.pending_reason:
+        fields["pending_reason"] = pending_reason
+    if parallel_config is not None:
+        fields["parallel_config"] = parallel_config
+    if fields:
+        TrainingTask.objects.filter(pk=task.pk).update(**fields)
+        for k, v in fields.items():
+            setattr(task, k, v)
+        if "pending_reason" in fields:
+            send_event_on_commit("task.pending_reason", {**task_event(task), "reason": task.pending_reason})
+
+
+def do_store_throughput_table(task: TrainingTask, table: dict[str, Any]) -> None:
+    TrainingTask.objects.filter(pk=task.pk).update(throughput_table=table)
+    task.throughput_table = table
+
+
+@transaction.atomic
+def do_mark_rank_finished(task: TrainingTask, epoch: int, rank: int) -> bool:
+    """A rank of the current epoch exited after its last iteration. Returns True when that makes every
+    rank of the task's active allocation finished (the task is then completed and its devices freed)."""
+    locked = TrainingTask.objects.select_for_update().get(pk=task.pk)
+    if locked.epoch != epoch or locked.state not in (TaskState.RUNNING, TaskState.RECONFIGURING):
+        return False
+    Allocation.objects.filter(task=locked, active=True, epoch=epoch, rank=rank, finished_at=None).update(
+        finished_at=timezone.now()
+    )
+    active = Allocation.objects.filter(task=locked, active=True)
+    if not active.exists() or active.filter(finished_at=None).exists():
+        return False
+    if locked.state == TaskState.RECONFIGURING:
+        locked = do_set_task_state(locked, TaskState.RUNNING)
+    do_set_task_state(locked, TaskState.COMPLETED)
+    request_replan("task_finished")
+    return True
 
 
 # --- allocations -----------------------------------------------------------------------------------

@@ -1,0 +1,415 @@
+"""Failure handling (DESIGN §5.2): correlate a task's failure events, act once, escalate when the action
+fails, quarantine repeat offenders.
+
+``incidents.handle_failure(event_id)`` runs this after a short settle window. Under the orchestration
+lock it loads the task's unhandled events at the task's epoch and asks the pure correlator
+(:func:`controlplane.core.orchestration.correlate`) what to do:
+
+- sev3 → retry in place: every node of the task gets a ``RetryCommand`` (new epoch, new rendezvous);
+- sev2 → restart on the same devices: ``ReconfigureCommand`` to every node (new epoch), survivors =
+  the ranks that did not fail;
+- sev1 → isolate the device (device evidence) or the node, re-plan every task (the precomputed plan
+  when the state after the failure was foreseen), transitions;
+- a failure of the task *during* its transition, a failed / rejected command or a timed-out step:
+  the evidence is re-classified with ``during_recovery`` (the core escalates sev3 → sev2 → sev1) and
+  the escalated event (``escalated_from``) is acted on. A chain of :data:`MAX_ESCALATIONS` failed
+  recoveries fails the task (an operator must look).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.apps.fleet.choices import DEVICE_MACHINE, NODE_MACHINE, DeviceState, NodeState
+from controlplane.apps.fleet.models import Device, Node
+from controlplane.apps.fleet.services import do_quarantine_node, do_set_device_state, do_set_node_state
+from controlplane.apps.incidents.choices import Action, Detector, Severity
+from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.incidents.services import (
+    FailureReport,
+    do_raise_alert,
+    do_record_failure_event,
+    do_resolve_failure_event,
+)
+from controlplane.apps.planning.choices import PlanTrigger, TransitionKind, TransitionState
+from controlplane.apps.planning.models import Transition
+from controlplane.apps.planning.triggers import request_failure_handling
+from controlplane.apps.planning.workload import orchestration_lock, replan, restart_in_place
+from controlplane.apps.training.choices import TERMINAL_TASK_STATES, TaskState
+from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.services import do_set_task_state
+from controlplane.core import failures
+from controlplane.core.orchestration import FailureCandidate, correlate, recovery_action_for
+
+log = logging.getLogger(__name__)
+
+MAX_ESCALATIONS = 3
+DEFER_STEP_S = 0.5
+ACTION_FOR = {
+    failures.Action.RETRY_IN_PLACE: Action.RETRY_IN_PLACE,
+    failures.Action.RESTART_PROCESS: Action.RESTART_PROCESSES,
+    failures.Action.ISOLATE_AND_RECONFIGURE: Action.ISOLATE_AND_REPLAN,
+}
+
+
+def _candidate(ev: FailureEvent) -> FailureCandidate:
+    rank = (ev.evidence or {}).get("report", {}).get("rank")
+    return FailureCandidate(
+        event_id=ev.pk,
+        severity=ev.severity,
+        detected_at=ev.detected_at.timestamp(),
+        task_id=ev.task_id,
+        epoch=ev.task_epoch,
+        node=ev.node.name if ev.node is not None else None,
+        rank=rank if isinstance(rank, int) else None,
+    )
+
+
+def _mark_handled(ev: FailureEvent, by: FailureEvent | None, resolve: bool = False) -> None:
+    FailureEvent.objects.filter(pk=ev.pk, handled_at__isnull=True).update(
+        handled_at=timezone.now(), handled_by=by
+    )
+    if resolve:
+        do_resolve_failure_event(ev)
+
+
+def _link(events: list[FailureEvent], t: Transition | None) -> None:
+    if t is not None:
+        FailureEvent.objects.filter(pk__in=[e.pk for e in events]).update(transition=t)
+
+
+def handle_failure(event_id: int, waited_s: float = 0.0) -> str:
+    """Act on failure event ``event_id`` (and the events correlated with it). Idempotent."""
+    with transaction.atomic():
+        orchestration_lock()
+        ev = (
+            FailureEvent.objects.select_for_update()
+            .select_related("node", "task")
+            .filter(pk=event_id)
+            .first()
+        )
+        if ev is None or ev.handled_at is not None:
+            return "already handled"
+        if ev.action == Action.NONE:
+            _mark_handled(ev, ev)
+            return "no action"
+        if ev.task_id is None:
+            return _handle_node_event(ev)
+        task = TrainingTask.objects.select_for_update().get(pk=ev.task_id)
+        if task.state in TERMINAL_TASK_STATES or task.state in (TaskState.PENDING, TaskState.SUSPENDED):
+            _mark_handled(ev, None, resolve=True)
+            return f"task {task.pk} is {task.state}: nothing to do"
+        group = list(
+            FailureEvent.objects.filter(task=task, task_epoch=task.epoch, handled_at__isnull=True)
+            .exclude(action=Action.NONE)
+            .select_related("node")
+        )
+        node_ids = set(
+            Allocation.objects.filter(task=task, active=True).values_list("device__node_id", flat=True)
+        )
+        nodes = list(Node.objects.filter(pk__in=node_ids))
+        node_events = list(
+            FailureEvent.objects.filter(
+                task__isnull=True, node_id__in=node_ids, severity=Severity.SEV1, handled_at__isnull=True
+            ).select_related("node")
+        )
+        suspect = [n.name for n in nodes if n.state in (NodeState.SUSPECT, NodeState.LOST)]
+        waited = (timezone.now() - ev.detected_at).total_seconds()
+        decision = correlate(
+            _candidate(ev),
+            task_epoch=task.epoch,
+            group=[_candidate(e) for e in group],
+            node_events=[_candidate(e) for e in node_events],
+            suspect_nodes=suspect,
+            waited_s=waited,
+            max_wait_s=float(settings.UNICRON_LOST_AFTER_S) + 2.0,
+        )
+        by_id = {e.pk: e for e in [*group, *node_events, ev]}
+        if decision.kind == "stale":
+            _mark_handled(ev, None, resolve=True)
+            return decision.reason
+        if decision.kind == "defer":
+            request_failure_handling(ev.pk, countdown=DEFER_STEP_S)
+            return f"deferred: {decision.reason}"
+        assert decision.primary is not None
+        primary = by_id[decision.primary]
+        absorbed = [by_id[i] for i in decision.absorbed if i in by_id]
+        for other in absorbed:
+            _mark_handled(other, primary)
+        if decision.kind == "handover":
+            request_failure_handling(primary.pk, countdown=0.0)
+            return f"handed over to node event {primary.pk}"
+        running = Transition.objects.filter(
+            task=task, state=TransitionState.RUNNING, epoch=task.epoch
+        ).first()
+        if (
+            running is not None
+            and primary.task_epoch == task.epoch
+            and running.kind != TransitionKind.SUSPEND
+        ):
+            # the task failed again while it was being recovered: escalate (§5.2)
+            from controlplane.apps.planning.transitions import fail_transition
+
+            fail_transition(
+                running,
+                f"the task failed again during the {running.kind}: {primary.summary}",
+                primary.node,
+                escalate=False,
+            )
+            escalated = escalate(primary, task, recovery_action_for(running.kind), "failed during recovery")
+            _mark_handled(primary, escalated)
+            for other in absorbed:
+                FailureEvent.objects.filter(pk=other.pk).update(handled_by=escalated)
+            if escalated is None:
+                return "task failed: too many escalations"
+            primary, absorbed = escalated, [primary, *absorbed]
+        return _act(primary, absorbed, task)
+
+
+def _failed_ranks(events: list[FailureEvent]) -> set[int]:
+    out = set()
+    for e in events:
+        rank = (e.evidence or {}).get("report", {}).get("rank")
+        if isinstance(rank, int):
+            out.add(rank)
+    return out
+
+
+def _act(primary: FailureEvent, absorbed: list[FailureEvent], task: TrainingTask) -> str:
+    _mark_handled(primary, primary)
+    everything = [primary, *absorbed]
+    task.refresh_from_db()
+    if primary.severity == Severity.SEV3:
+        t = restart_in_place(task, primary, set(), TransitionKind.RETRY)
+        if t is not None:
+            _link(everything, t)
+            return f"retry in place: transition {t.pk}"
+    elif primary.severity == Severity.SEV2:
+        t = restart_in_place(task, primary, _failed_ranks(everything), TransitionKind.RESTART)
+        if t is not None:
+            _link(everything, t)
+            return f"restart on the same devices: transition {t.pk}"
+    else:
+        isolate(primary)
+        check_quarantine(primary.node)
+    decision = replan(PlanTrigger.FAILURE, primary, hit_tasks=[task.pk])
+    mine = [t for t in decision.transitions if t.task_id == task.pk]
+    _link(everything, mine[0] if mine else None)
+    if not mine:
+        for e in everything:
+            do_resolve_failure_event(e)
+    return f"re-planned: plan {decision.plan.pk}, {len(decision.transitions)} transition(s)"
+
+
+def _handle_node_event(ev: FailureEvent) -> str:
+    """A node-level sev1 (the node is lost): every task on it is hit; one re-plan covers them all."""
+    _mark_handled(ev, ev)
+    if ev.severity != Severity.SEV1 or ev.node is None:
+        return "node event without action"
+    task_ids = sorted(
+        set(
+            Allocation.objects.filter(active=True, device__node=ev.node)
+            .exclude(task__state__in=TERMINAL_TASK_STATES)
+            .values_list("task_id", flat=True)
+        )
+    )
+    absorbed: dict[int, list[FailureEvent]] = {}
+    for task in TrainingTask.objects.filter(pk__in=task_ids):
+        for other in FailureEvent.objects.filter(task=task, task_epoch=task.epoch, handled_at__isnull=True):
+            _mark_handled(other, ev)
+            absorbed.setdefault(task.pk, []).append(other)
+    isolate(ev)
+    check_quarantine(ev.node)
+    decision = replan(PlanTrigger.FAILURE, ev, hit_tasks=task_ids)
+    by_task = {t.task_id: t for t in decision.transitions}
+    for task_id, events in absorbed.items():
+        _link(events, by_task.get(task_id))
+    if decision.transitions:
+        _link([ev], decision.transitions[0])
+    else:
+        do_resolve_failure_event(ev)
+    return f"node {ev.node.name}: re-planned (plan {decision.plan.pk}) for tasks {task_ids}"
+
+
+def isolate(ev: FailureEvent) -> None:
+    """Take the failed hardware out of the plans: the device for device evidence, else the node."""
+    if ev.device_id is not None and ev.kind != "node_lost":
+        device = Device.objects.get(pk=ev.device_id)
+        if DEVICE_MACHINE.can(device.state, DeviceState.ISOLATED):
+            do_set_device_state(device, DeviceState.ISOLATED)
+        return
+    if ev.node is None:
+        return
+    node = Node.objects.get(pk=ev.node.pk)
+    if node.state not in (NodeState.LOST, NodeState.ISOLATED) and NODE_MACHINE.can(
+        node.state, NodeState.ISOLATED
+    ):
+        do_set_node_state(node, NodeState.ISOLATED, f"isolated after {ev.severity} {ev.kind} (event {ev.pk})")
+
+
+def _records(node: Node, window_s: float) -> list[failures.FailureRecord]:
+    since = timezone.now() - timedelta(seconds=window_s)
+    out = []
+    for row in FailureEvent.objects.filter(node=node, occurred_at__gte=since, escalated_from__isnull=True):
+        out.append(
+            failures.FailureRecord(
+                failures.Evidence(
+                    detector=row.detector,
+                    node=node.name,
+                    device=None,
+                    occurred_at=row.occurred_at.timestamp(),
+                ),
+                failures.Classification(
+                    severity=failures.Severity(row.severity),
+                    action=failures.Action.ISOLATE_AND_RECONFIGURE,
+                    category=failures.Category.UNKNOWN,
+                    rule=row.kind,
+                    reason=row.summary,
+                ),
+            )
+        )
+    return out
+
+
+def check_quarantine(node: Node | None) -> bool:
+    """Quarantine a node that keeps failing (core ``should_quarantine``), with an operator alert."""
+    if node is None:
+        return False
+    node.refresh_from_db()
+    if node.quarantined:
+        return False
+    policy = failures.EscalationPolicy()
+    quarantine, reason = failures.should_quarantine(
+        node.name, _records(node, policy.quarantine_window_s), timezone.now().timestamp(), policy
+    )
+    if not quarantine:
+        return False
+    do_quarantine_node(None, node, reason)
+    do_raise_alert(Severity.SEV1, f"Node {node.name} quarantined: {reason}", node=node)
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
+# Escalation
+# --------------------------------------------------------------------------------------------------
+
+
+def _chain_length(ev: FailureEvent | None) -> int:
+    n = 0
+    while ev is not None and ev.escalated_from_id is not None:
+        n += 1
+        ev = FailureEvent.objects.filter(pk=ev.escalated_from_id).first()
+    return n
+
+
+def _evidence_of(ev: FailureEvent | None, node: Node | None, reason: str) -> failures.Evidence:
+    core: Any = (ev.evidence or {}).get("core") if ev is not None else None
+    if isinstance(core, dict):
+        try:
+            return failures.Evidence(**core)
+        except TypeError:
+            pass
+    detector = (
+        failures.DetectorKind.HEARTBEAT if ev is not None and ev.kind == "node_lost" else "orchestrator"
+    )
+    return failures.Evidence(
+        detector=str(detector),
+        node=node.name if node else (ev.node.name if ev is not None and ev.node is not None else None),
+        task_id=str(ev.task_id) if ev is not None and ev.task_id else None,
+        message=ev.summary if ev is not None else reason,
+        occurred_at=timezone.now().timestamp(),
+    )
+
+
+def escalate(
+    source: FailureEvent | None,
+    task: TrainingTask,
+    during: failures.Action,
+    reason: str,
+    node: Node | None = None,
+) -> FailureEvent | None:
+    """Re-classify ``source``'s evidence with ``during_recovery`` and record the escalated event (linked
+    by ``escalated_from``); None when the chain is too long and the task was failed instead."""
+    task.refresh_from_db()
+    if _chain_length(source) + 1 > MAX_ESCALATIONS:
+        if task.state not in TERMINAL_TASK_STATES:
+            do_set_task_state(task, TaskState.FAILED)
+        do_raise_alert(
+            Severity.SEV1,
+            f"Task {task.name} (#{task.pk}) failed: {MAX_ESCALATIONS} recoveries in a row did not succeed "
+            f"({reason})",
+            source_event=source,
+        )
+        return None
+    evidence = replace(_evidence_of(source, node, reason), during_recovery=during)
+    c = failures.classify(evidence)
+    if source is not None and source.severity == Severity.SEV1:
+        c = replace(c, severity=failures.Severity.SEV1, action=failures.Action.ISOLATE_AND_RECONFIGURE)
+    blamed = node or (source.node if source is not None else None)
+    new, _ = do_record_failure_event(
+        FailureReport(
+            detector=Detector.ORCHESTRATOR,
+            kind="recovery_failed",
+            severity=Severity(c.severity.value),
+            occurred_at=timezone.now(),
+            action=ACTION_FOR[c.action],
+            summary=f"{reason}: {c.reason}",
+            evidence={
+                "reason": reason,
+                "during_recovery": str(during),
+                "core": {
+                    k: getattr(evidence, k)
+                    for k in (
+                        "detector",
+                        "exit_code",
+                        "signal",
+                        "exception_type",
+                        "message",
+                        "node",
+                        "device",
+                        "task_id",
+                        "occurred_at",
+                    )
+                },
+                "classification": {
+                    "severity": str(c.severity),
+                    "action": str(c.action),
+                    "category": str(c.category),
+                    "rule": c.rule,
+                    "reason": c.reason,
+                    "escalated_from": str(c.escalated_from) if c.escalated_from else None,
+                },
+            },
+            node=blamed,
+            device=source.device if source is not None and blamed == source.node else None,
+            task=task,
+            escalated_from=source,
+        )
+    )
+    FailureEvent.objects.filter(pk=new.pk).update(task_epoch=task.epoch)
+    new.task_epoch = task.epoch
+    do_raise_alert(
+        Severity(c.severity.value),
+        f"Escalated to {c.severity} for task {task.name} (#{task.pk}): {reason}",
+        source_event=new,
+        node=blamed,
+    )
+    return new
+
+
+def escalate_failed_transition(t: Transition, reason: str, node: Node | None) -> FailureEvent | None:
+    """A transition failed (a command failed or was rejected, a step timed out): escalate its failure."""
+    task = TrainingTask.objects.get(pk=t.task_id)
+    source = (
+        FailureEvent.objects.filter(pk=t.failure_event_id).select_related("node").first()
+        if t.failure_event_id is not None
+        else None
+    )
+    return escalate(source, task, recovery_action_for(t.kind), reason, node)

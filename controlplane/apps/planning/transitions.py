@@ -1,0 +1,299 @@
+"""Transitions as persisted state machines (DESIGN §2, §7): acks and reports advance them, a beat task
+times them out. Celery never waits for an agent: each arrival enqueues ``planning.advance_transition``,
+which reads the rows and moves what can move.
+
+Steps (created by :mod:`controlplane.apps.planning.workload`):
+
+- ``stop`` / ``start`` / ``reconfigure`` / ``retry``: done when every command of the step is acked;
+  a command acked ``failed`` / ``rejected`` / ``stale_epoch`` fails the transition;
+- ``resume``: done when every rank of the new epoch has reported progress at the new epoch (a
+  ``TransitionReport`` or an ``IterationStats``).
+
+Every step has a deadline; :func:`check_transitions` (beat, every second) fails overdue transitions,
+which escalates (:func:`controlplane.apps.incidents.handling.escalate_failed_transition`). A failed or
+superseded transition's unacknowledged commands are failed so the outbox never delivers them.
+
+On success the transition stores migration sources per rank, lost micro-batches and seconds, time per
+phase (from TransitionReports when present, else from step timestamps) and the detection latency;
+its failure events are resolved and the task is running again.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.apps.fleet.choices import CommandState
+from controlplane.apps.fleet.models import AgentCommand, Node
+from controlplane.apps.incidents.choices import Action
+from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.incidents.services import do_resolve_failure_event
+from controlplane.apps.metrics.choices import MetricKind
+from controlplane.apps.metrics.models import MetricSample
+from controlplane.apps.planning.choices import StepState, TransitionKind, TransitionState
+from controlplane.apps.planning.models import Transition, TransitionStep
+from controlplane.apps.planning.services import do_set_step_state, do_set_transition_state
+from controlplane.apps.planning.triggers import request_failure_handling, request_transition_advance
+from controlplane.apps.planning.workload import orchestration_lock
+from controlplane.apps.training.choices import TaskState
+from controlplane.apps.training.services import do_set_task_state
+
+log = logging.getLogger(__name__)
+
+COMMAND_STEPS = frozenset({"stop", "start", "reconfigure", "retry"})
+UNHANDLED_GRACE_S = 10.0
+"""An unhandled failure event older than this (its handling message was lost, or the worker died) is
+re-enqueued by the watchdog."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Reports from the agent link
+# --------------------------------------------------------------------------------------------------
+
+
+def do_record_rank_resumed(
+    task_id: int,
+    epoch: int,
+    rank: int,
+    first_iteration: int,
+    last_iteration: int,
+    report: dict[str, Any] | None = None,
+) -> bool:
+    """A rank of ``epoch`` made progress (iteration stats) or sent its TransitionReport. Returns True
+    when that completes the resume step (an advance is then enqueued after commit)."""
+    step = (
+        TransitionStep.objects.select_for_update()
+        .filter(
+            transition__task_id=task_id,
+            transition__epoch=epoch,
+            transition__state=TransitionState.RUNNING,
+            name="resume",
+            state=StepState.RUNNING,
+        )
+        .first()
+    )
+    if step is None:
+        return False
+    detail = dict(step.detail or {})
+    reported: dict[str, Any] = dict(detail.get("reported") or {})
+    entry = dict(
+        reported.get(str(rank)) or {"first_iteration": first_iteration, "at": timezone.now().isoformat()}
+    )
+    entry["first_iteration"] = min(int(entry.get("first_iteration", first_iteration)), first_iteration)
+    entry["last_iteration"] = max(int(entry.get("last_iteration", last_iteration)), last_iteration)
+    if report is not None:
+        entry["report"] = report
+    reported[str(rank)] = entry
+    detail["reported"] = reported
+    TransitionStep.objects.filter(pk=step.pk).update(detail=detail)
+    ranks = {int(r) for r in detail.get("ranks", [])}
+    done = ranks <= {int(r) for r in reported}
+    if done:
+        request_transition_advance(step.transition_id)
+    return done
+
+
+def on_command_settled(command: AgentCommand) -> None:
+    """An ack of a transition's command arrived: advance the transition after commit."""
+    if command.transition_id is not None:
+        request_transition_advance(command.transition_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Advancing
+# --------------------------------------------------------------------------------------------------
+
+
+def advance_transition(transition_id: int) -> str:
+    """Move the transition's steps as far as the rows allow. Idempotent."""
+    with transaction.atomic():
+        orchestration_lock()
+        t = Transition.objects.select_for_update().select_related("task").filter(pk=transition_id).first()
+        if t is None or TRANSITION_TERMINAL(t.state):
+            return "terminal"
+        if t.task.epoch != t.epoch:
+            _skip_open_steps(t)
+            do_set_transition_state(t, TransitionState.ROLLED_BACK, error="the task moved to a newer epoch")
+            return "superseded"
+        commands = {
+            str(c.command_id): c for c in AgentCommand.objects.filter(transition=t).select_related("node")
+        }
+        steps = list(t.steps.order_by("order"))
+        for step in steps:
+            if step.state != StepState.RUNNING:
+                continue
+            if step.name in COMMAND_STEPS:
+                rows = [commands[c] for c in (step.detail or {}).get("commands", []) if c in commands]
+                failed = [r for r in rows if r.state == CommandState.FAILED]
+                if failed:
+                    bad = failed[0]
+                    fail_transition(t, f"{bad.type} on {bad.node.name} failed: {bad.error}", bad.node)
+                    return "failed"
+                if all(r.state == CommandState.ACKED for r in rows):
+                    do_set_step_state(step, StepState.DONE)
+            elif step.name == "resume":
+                detail = step.detail or {}
+                ranks = {int(r) for r in detail.get("ranks", [])}
+                if ranks <= {int(r) for r in (detail.get("reported") or {})}:
+                    do_set_step_state(step, StepState.DONE)
+        steps = list(t.steps.order_by("order"))
+        if all(s.state in (StepState.DONE, StepState.SKIPPED) for s in steps):
+            _complete(t, steps)
+            return "completed"
+        return "running"
+
+
+def TRANSITION_TERMINAL(state: str) -> bool:  # noqa: N802 - reads like the machine's predicate
+    return state in (TransitionState.COMPLETED, TransitionState.FAILED, TransitionState.ROLLED_BACK)
+
+
+def _skip_open_steps(t: Transition) -> None:
+    now = timezone.now()
+    TransitionStep.objects.filter(transition=t, state__in=[StepState.PENDING, StepState.RUNNING]).update(
+        state=StepState.SKIPPED, finished_at=now
+    )
+
+
+def _complete(t: Transition, steps: list[TransitionStep]) -> None:
+    task = t.task
+    resume = next((s for s in steps if s.name == "resume"), None)
+    reported: dict[str, Any] = (resume.detail or {}).get("reported", {}) if resume else {}
+    reports = [e["report"] for e in reported.values() if isinstance(e, dict) and e.get("report")]
+    command_done = max(
+        (s.finished_at for s in steps if s.name in COMMAND_STEPS and s.finished_at), default=t.started_at
+    )
+    phases: dict[str, float] = {}
+    if reports:
+        for r in reports:
+            for phase, secs in (r.get("phases_s") or {}).items():
+                phases[phase] = max(phases.get(phase, 0.0), float(secs))
+    elif t.started_at is not None:
+        if command_done is not None:
+            phases["commands"] = (command_done - t.started_at).total_seconds()
+        if resume is not None and resume.finished_at is not None and command_done is not None:
+            phases["first_iteration"] = max((resume.finished_at - command_done).total_seconds(), 0.0)
+    phases["total"] = ((timezone.now() - t.started_at).total_seconds()) if t.started_at else 0.0
+    micro_per_iteration = max(task.global_batch_size // max(task.micro_batch_size, 1), 1)
+    if reports:
+        lost_mb = sum(int(r.get("recomputed_micro_batches", 0)) for r in reports)
+        rolled = max((int(r.get("rolled_back_iterations", 0)) for r in reports), default=0)
+        lost_iterations = rolled + lost_mb / micro_per_iteration
+        lost_mb += rolled * micro_per_iteration
+    else:
+        firsts = [int(e.get("first_iteration", 0)) for e in reported.values() if isinstance(e, dict)]
+        resumed_at = min(firsts) if firsts else 0
+        expected_next = (t.resume_iteration + 1) if t.resume_iteration is not None else resumed_at
+        lost_iterations = max(expected_next - resumed_at, 0)
+        lost_mb = lost_iterations * micro_per_iteration
+    recent = list(
+        MetricSample.objects.filter(task=task, kind=MetricKind.ITERATION_TIME)
+        .order_by("-at")
+        .values_list("value", flat=True)[:20]
+    )
+    iteration_s = statistics.median(recent) if recent else 0.0
+    sources = dict(t.migration_sources or {})
+    for rank, e in reported.items():
+        rep = e.get("report") if isinstance(e, dict) else None
+        if rep:
+            sources[str(rank)] = {
+                k: rep.get(k) for k in ("source", "source_node", "source_rank", "bytes_moved", "in_place")
+            } | {"reported": True}
+    do_set_transition_state(
+        t,
+        TransitionState.COMPLETED,
+        lost_microbatches=int(lost_mb),
+        lost_work_s=float(lost_iterations) * iteration_s,
+        phases_s=phases,
+        migration_sources=sources,
+    )
+    events = list(FailureEvent.objects.filter(transition=t))
+    if t.failure_event_id is not None:
+        events += list(FailureEvent.objects.filter(pk=t.failure_event_id))
+    for ev in events:
+        do_resolve_failure_event(ev)
+    task.refresh_from_db()
+    if task.state == TaskState.RECONFIGURING:
+        do_set_task_state(task, TaskState.RUNNING)
+    log.info("transition %s of task %s completed: %s", t.pk, task.pk, phases)
+
+
+def fail_transition(t: Transition, reason: str, node: Node | None = None, *, escalate: bool = True) -> None:
+    """Mark ``t`` failed (its open steps and unacked commands too) and escalate (DESIGN §5.2)."""
+    now = timezone.now()
+    TransitionStep.objects.filter(transition=t, state=StepState.RUNNING).update(
+        state=StepState.FAILED, finished_at=now
+    )
+    _skip_open_steps(t)
+    AgentCommand.objects.filter(transition=t, state__in=[CommandState.PENDING, CommandState.SENT]).update(
+        state=CommandState.FAILED, error=f"transition failed: {reason}", acked_at=now
+    )
+    do_set_transition_state(t, TransitionState.FAILED, error=reason)
+    log.warning("transition %s of task %s failed: %s", t.pk, t.task_id, reason)
+    if not escalate or t.kind == TransitionKind.SUSPEND:
+        return
+    from controlplane.apps.incidents.handling import escalate_failed_transition
+
+    new = escalate_failed_transition(t, reason, node)
+    if new is not None:
+        request_failure_handling(new.pk, countdown=0.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# The watchdog (beat, every second)
+# --------------------------------------------------------------------------------------------------
+
+
+def _culprit(t: Transition, step: TransitionStep) -> Node | None:
+    """The node to blame for an overdue step: one whose command was never acked, or that hosts a rank
+    that never reported."""
+    detail = step.detail or {}
+    if step.name in COMMAND_STEPS:
+        for c in AgentCommand.objects.filter(
+            transition=t, command_id__in=detail.get("commands", [])
+        ).select_related("node"):
+            if c.state != CommandState.ACKED:
+                return c.node
+        return None
+    missing = {int(r) for r in detail.get("ranks", [])} - {int(r) for r in (detail.get("reported") or {})}
+    from controlplane.apps.training.models import Allocation
+
+    a = (
+        Allocation.objects.filter(task_id=t.task_id, active=True, rank__in=missing)
+        .select_related("device__node")
+        .order_by("rank")
+        .first()
+    )
+    return a.device.node if a is not None else None
+
+
+def check_transitions() -> dict[str, int]:
+    """Advance every running transition, fail the overdue ones, re-enqueue forgotten failure events."""
+    now = timezone.now()
+    advanced = failed = requeued = 0
+    for t_id in list(Transition.objects.filter(state=TransitionState.RUNNING).values_list("pk", flat=True)):
+        outcome = advance_transition(t_id)
+        advanced += outcome != "running"
+        with transaction.atomic():
+            orchestration_lock()
+            t = Transition.objects.select_for_update().filter(pk=t_id, state=TransitionState.RUNNING).first()
+            if t is None:
+                continue
+            overdue = t.steps.filter(state=StepState.RUNNING, deadline_at__lt=now).order_by("order").first()
+            if overdue is None:
+                continue
+            waited = (now - (overdue.started_at or t.created_at)).total_seconds()
+            fail_transition(t, f"step {overdue.name} timed out after {waited:.1f}s", _culprit(t, overdue))
+            failed += 1
+    stale = FailureEvent.objects.filter(
+        handled_at__isnull=True, detected_at__lt=now - timedelta(seconds=UNHANDLED_GRACE_S)
+    ).exclude(action=Action.NONE)
+    with transaction.atomic():
+        for ev_id in stale.values_list("pk", flat=True)[:100]:
+            request_failure_handling(ev_id, countdown=0.0)
+            requeued += 1
+    return {"advanced": advanced, "failed": failed, "requeued": requeued}
