@@ -20,6 +20,7 @@ from agents.commands import CommandRegistry
 from agents.inventory import discover_devices
 from agents.monitor import MonitorConfig
 from agents.supervisor import Supervisor
+from agents.training.elastic import TransitionSpec
 from controlplane.core.protocol import (
     CoordinatorEnvelope,
     DrainCommand,
@@ -27,6 +28,7 @@ from controlplane.core.protocol import (
     Heartbeat,
     Hello,
     InjectFaultCommand,
+    RankMapping,
     ReconfigureCommand,
     RetryCommand,
     StartWorkersCommand,
@@ -52,6 +54,10 @@ class AgentConfig:
     run_dir: Path | None = None
     heartbeat_s: float = 1.0
     worker_env: dict[str, str] = field(default_factory=dict)
+    elastic_wait_s: float = 30.0
+    """Elastic mode: after a collective error a worker waits this long for the coordinator's
+    reconfigure/retry (DESIGN §7) before it exits; 0 turns it off (workers exit, transitions
+    relaunch every process)."""
 
 
 class Agent:
@@ -67,6 +73,8 @@ class Agent:
             monitor=cfg.monitor,
             run_dir=cfg.run_dir,
             worker_env=cfg.worker_env,
+            node=cfg.node,
+            elastic_wait_s=cfg.elastic_wait_s,
         )
         self.supervisor.drill = self._drill
         self.commands = CommandRegistry()
@@ -148,19 +156,43 @@ class Agent:
         return f"stopped {cmd.task_id} ranks {cmd.ranks or 'all'}"
 
     async def _reconfigure(self, cmd: ReconfigureCommand) -> str:
-        await self.supervisor.stop_group(cmd.task_id, None, grace_s=2.0)
-        group = await self.supervisor.start_group(self._spec(cmd.task_id, cmd.epoch, cmd.launch))
-        return f"reconfigured {cmd.task_id} epoch {cmd.epoch}: ranks {sorted(group.workers)}"
+        """In place where possible: surviving local processes rebuild their groups (DESIGN §7)."""
+        tspec = TransitionSpec(
+            kind="reconfigure",
+            from_epoch=cmd.previous_epoch,
+            previous_parallel=cmd.previous_parallel,
+            survivors=cmd.survivors,
+            resume_iteration=cmd.resume_iteration,
+        )
+        survivors = {m.old_rank: m.new_rank for m in cmd.survivors}
+        group = self.supervisor.groups.get(cmd.task_id)
+        if group is not None and cmd.previous_epoch is not None and group.spec.epoch != cmd.previous_epoch:
+            survivors = {}  # our workers are not of the epoch the coordinator moves from
+        kept, fresh = await self.supervisor.reconfigure_group(
+            self._spec(cmd.task_id, cmd.epoch, cmd.launch), survivors, tspec
+        )
+        return f"reconfigured {cmd.task_id} epoch {cmd.epoch}: in place {kept}, fresh {fresh}"
 
     async def _retry(self, cmd: RetryCommand) -> str:
+        """Retry in place (sev3): live ranks rebuild their groups at the new rendezvous and repeat
+        the failed step keeping finished micro-batches; dead ranks restart."""
         group = self.supervisor.groups.get(cmd.task_id)
         if group is None:
             raise LookupError(f"no workers of task {cmd.task_id!r} on this node")
         launch = group.spec.launch.model_copy(update={"rendezvous": cmd.rendezvous})
-        await self.supervisor.stop_group(cmd.task_id, None, grace_s=1.0)
-        group = await self.supervisor.start_group(self._spec(cmd.task_id, cmd.epoch, launch))
+        ranks = sorted(group.workers)
+        tspec = TransitionSpec(
+            kind="retry",
+            from_epoch=group.spec.epoch,
+            previous_parallel=launch.parallel,
+            survivors=[RankMapping(old_rank=r, new_rank=r) for r in ranks],
+            resume_iteration=cmd.iteration,
+        )
+        kept, fresh = await self.supervisor.reconfigure_group(
+            self._spec(cmd.task_id, cmd.epoch, launch), {r: r for r in ranks}, tspec
+        )
         port = cmd.rendezvous.master_port
-        return f"retried {cmd.task_id} ranks {sorted(group.workers)} epoch {cmd.epoch} port {port}"
+        return f"retried {cmd.task_id} epoch {cmd.epoch} port {port}: in place {kept}, restarted {fresh}"
 
     async def _inject_fault(self, cmd: InjectFaultCommand) -> str:
         return self._drill(cmd.task_id, cmd.fault)

@@ -7,9 +7,16 @@ the hook events a real worker produces (iteration start/end, micro-batches, toke
 first iteration), so one machine can host hundreds of agents for control-plane scale tests.
 
 Faults behave like the real ones from the agent's point of view: ``crash`` ends the worker with
-SIGKILL's code, ``exception`` and ``network_error`` report an exception and exit with
-:data:`~agents.training.hook.EXIT_EXCEPTION`, ``hang`` stops progress inside an iteration,
-``straggler`` stretches the compute part.
+SIGKILL's code, ``exception`` reports an exception and exits with
+:data:`~agents.training.hook.EXIT_EXCEPTION`, ``network_error`` does too unless the agent is in
+elastic mode (then the worker waits for a transition order, as a real one does), ``hang`` stops
+progress inside an iteration, ``straggler`` stretches the compute part.
+
+Transitions follow the real protocol (:mod:`agents.training.worker`): a transition order moves a
+live sim worker in place (it keeps its iteration), fresh ranks started by a transition take their
+iteration from their state source, and each sends a ``TransitionReport`` after its first iteration
+in the new epoch. Phase times are modelled: state bytes (parameters + Adam moments, fp32, per
+shard) over the source's bandwidth (:data:`SOURCE_BANDWIDTH`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,24 @@ if TYPE_CHECKING:
 SIM_DEVICE_KIND = "a100-80g"
 FIRST_ITERATION_FACTOR = 3.0
 JITTER = 0.02
+REBUILD_GROUPS_S = 0.05
+"""Modelled teardown + rendezvous of the process groups of a live worker."""
+SOURCE_BANDWIDTH: dict[str, float] = {
+    "local_device": float("inf"),
+    "same_node": 25e9,  # device-to-device on one node (NVLink/PCIe), bytes/s
+    "peer_replica": 12.5e9,  # 100 Gb/s between nodes
+    "memory_snapshot": 5e9,  # host memory (maybe a peer's) to device
+    "checkpoint": 2e9,  # shared file system
+    "none": float("inf"),
+}
+MAX_MIGRATE_S = 5.0
+
+
+def state_bytes(w: Worker) -> int:
+    """Parameters + Adam moments in fp32 (12 bytes per parameter) of this rank's shard."""
+    m, p = w.spec.launch.model, w.spec.launch.parallel
+    params = 12 * m.layers * m.hidden * m.hidden + m.vocab * m.hidden
+    return int(12 * params / (p.tp * p.pp))
 
 
 def modelled_iteration_s(w: Worker, device_kind: str = SIM_DEVICE_KIND) -> float:
@@ -54,6 +79,9 @@ class SimWorker:
         self.sup, self.w = sup, w
         self.iteration_s = modelled_iteration_s(w, device_kind)
         self.pending: list[dict[str, Any]] = []
+        self.orders: list[dict[str, Any]] = []
+        self._order_arrived = asyncio.Event()
+        self.next_it = 0
         self.slowdown = 1.0
         self.where = "init"
         self._killed: asyncio.Future[int] = asyncio.get_event_loop().create_future()
@@ -64,6 +92,10 @@ class SimWorker:
         fault = order.get("fault")
         if isinstance(fault, dict):
             self.pending.append(fault)
+        transition = order.get("transition")
+        if isinstance(transition, dict):
+            self.orders.append(transition)
+            self._order_arrived.set()
 
     def signal(self, sig: int) -> None:
         if not self._killed.done():
@@ -108,17 +140,76 @@ class SimWorker:
             )
         return EXIT_EXCEPTION
 
+    async def _wait_order(self) -> dict[str, Any] | None:
+        if not self.orders:
+            self._order_arrived.clear()
+            waiter = asyncio.ensure_future(self._order_arrived.wait())
+            futures: set[asyncio.Future[Any]] = {waiter, self._killed}
+            await asyncio.wait(futures, timeout=self.sup.elastic_wait_s, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if self._killed.done():
+                raise _Killed(self._killed.result())
+        return self.orders.pop(0) if self.orders else None
+
+    async def _enter(self, survivor: bool) -> dict[str, Any]:
+        """Model a transition into the worker's (already re-keyed) epoch; returns the report draft."""
+        w = self.w
+        self.iteration_s = modelled_iteration_s(w)
+        source, moved, migrate = "local_device", 0, 0.0
+        src = next((s for s in w.spec.launch.state_sources if s.rank == w.rank), None)
+        tspec = w.transition
+        if not survivor:
+            source = src.kind if src is not None else "none"
+            if source == "local_device":  # a fresh process holds nothing: the nearest live copy
+                source = "same_node"
+            moved = state_bytes(w) if source != "none" else 0
+            migrate = min(moved / SOURCE_BANDWIDTH[source], MAX_MIGRATE_S)
+            if src is not None and src.iteration is not None:
+                self.next_it = src.iteration + (1 if source in ("memory_snapshot", "checkpoint") else 0)
+            elif tspec is not None and tspec.resume_iteration is not None:
+                self.next_it = tspec.resume_iteration
+        self.where = "rendezvous"
+        await self._sleep(REBUILD_GROUPS_S + migrate)
+        return {
+            "from_epoch": tspec.from_epoch if (tspec is not None and survivor) else None,
+            "in_place": survivor,
+            "source": source,
+            "source_node": src.source_node if (src is not None and not survivor) else None,
+            "source_rank": src.source_rank if (src is not None and not survivor) else None,
+            "bytes_moved": moved,
+            "phases_s": {"teardown": 0.0, "rendezvous": REBUILD_GROUPS_S, "migrate": migrate},
+        }
+
     async def _train(self) -> int:
+        report: dict[str, Any] | None = None
+        if self.w.transition is not None:
+            report = await self._enter(survivor=False)
+        else:
+            self.where = "setup"
+            await self._sleep(0.05)
+        epoch_start = self.next_it
+        while True:
+            code, order = await self._epoch(epoch_start, report)
+            if order is None:
+                return code
+            report = await self._enter(survivor=True)
+            epoch_start = self.next_it
+
+    async def _epoch(
+        self, epoch_start: int, report: dict[str, Any] | None
+    ) -> tuple[int, dict[str, Any] | None]:
+        """Iterations of one epoch; returns (exit code, None) at the end, or (0, order) to move on."""
         launch = self.w.spec.launch
         m = launch.model
         flops = model_flops_per_iteration(m.layers, m.hidden, m.seq_len, m.vocab, m.global_batch)
         per_rank_flops = flops / launch.world_size
         tokens = m.global_batch * m.seq_len // launch.world_size
         mbs = max(m.global_batch // (launch.parallel.dp * m.micro_batch), 1)
-        self.where = "setup"
-        await self._sleep(0.05)
-        for it in range(launch.iterations):
-            phase = "first" if it == 0 else "train"
+        it = self.next_it
+        while it < launch.iterations:
+            if self.orders:
+                return 0, self.orders.pop(0)
+            phase = "first" if it in (0, epoch_start) else "train"
             start = time.time()
             self._ev({"ev": "iter_start", "it": it, "t": start, "phase": phase})
             for fault in [
@@ -127,9 +218,16 @@ class SimWorker:
                 self.pending.remove(fault)
                 kind = fault["kind"]
                 if kind == "crash":
-                    return -signal.SIGKILL
+                    return -signal.SIGKILL, None
+                if kind == "network_error" and self.sup.elastic_wait_s > 0:
+                    self._raise_exception(kind, str(fault.get("message", "")), it)
+                    self._ev({"ev": "await", "t": time.time(), "ep": self.w.spec.epoch})
+                    order = await self._wait_order()
+                    if order is None:
+                        return EXIT_EXCEPTION, None
+                    return 0, order
                 if kind in ("exception", "network_error"):
-                    return self._raise_exception(kind, str(fault.get("message", "")), it)
+                    return self._raise_exception(kind, str(fault.get("message", "")), it), None
                 if kind == "hang":
                     self.where = "all_reduce (hung)"
                     await self._sleep(1e9)
@@ -142,6 +240,7 @@ class SimWorker:
             for k in range(mbs):
                 await self._sleep(compute / mbs)
                 self._ev({"ev": "mb", "it": it, "idx": k, "t": time.time()})
+            self._ev({"ev": "sync", "it": it, "t": time.time()})
             self.where = "all_reduce"
             await self._sleep(0.2 * base)
             end = time.time()
@@ -159,5 +258,19 @@ class SimWorker:
                     "loss": None,
                 }
             )
+            if report is not None:
+                phases = dict(report["phases_s"])
+                phases.update({"recompute": 0.0, "first_iteration": end - start})
+                self._ev(
+                    {
+                        "ev": "transition",
+                        "t": end,
+                        "ep": self.w.spec.epoch,
+                        "report": {**report, "phases_s": phases, "iteration": it},
+                    }
+                )
+                report = None
+            it += 1
+            self.next_it = it
         self._ev({"ev": "done", "t": time.time()})
-        return 0
+        return 0, None

@@ -12,6 +12,16 @@ Three of the four in-band detectors run here (the fourth, node health, runs on t
 
 Workers are either real processes (``megatron``) or in-agent simulated workers (``sim``,
 :mod:`agents.sim`); both feed :meth:`Supervisor.on_event` with the same hook events.
+
+Transitions (DESIGN §7): :meth:`Supervisor.reconfigure_group` moves a task to a new epoch. A
+surviving worker keeps its process: the supervisor re-keys it under its new rank and epoch (its
+reports carry them from then on; reports of its old epoch that arrive late keep the old epoch, the
+hook tags them), resets its hang/straggler warm-up, and sends it a transition order down the hook
+socket. Only ranks without a live local process start fresh; local workers the new epoch does not
+list are stopped. In elastic mode (``elastic_wait_s > 0``) a worker whose collective failed reports
+the exception and waits for that order instead of exiting; the hang monitor then kills only the rank
+that did not finish its micro-batches, not the peers waiting for it in the all-reduce (victims are
+killed only if still stuck one threshold later).
 """
 
 from __future__ import annotations
@@ -34,14 +44,16 @@ from typing import Any
 
 from agents.api import ExitRecord, RunResult, WorkerSpec, WorkerState
 from agents.monitor import MonitorConfig, RankMonitor, TaskStragglers
+from agents.training.elastic import TransitionSpec
 from agents.training.hook import ENV_RANK, ENV_SOCKET, ENV_STACK_FILE
-from agents.training.worker import ENV_WORKER, WorkerAssignment
+from agents.training.worker import ENV_ELASTIC_WAIT, ENV_WORKER, WorkerAssignment
 from controlplane.core.protocol import (
     Detector,
     FaultSpec,
     HangVerdict,
     IterationStats,
     StragglerVerdict,
+    TransitionReport,
     WorkerEvent,
     WorkerException,
     WorkerExited,
@@ -96,6 +108,12 @@ class Worker:
         self.hang_reported = False
         self.exit: ExitRecord | None = None
         self.pending_orders: list[dict[str, Any]] = []
+        self.transition: TransitionSpec | None = None
+        self.old_rank: int | None = None
+        """The rank of its previous epoch (reports of that epoch arriving late keep it)."""
+        """Set when a transition started this worker or moved it in place to its current epoch."""
+        self.synced_it: int | None = None
+        """Last iteration whose micro-batches this rank finished (it then waits for its peers)."""
         # interval statistics
         self.durations: list[float] = []
         self.computes: list[float] = []
@@ -117,6 +135,16 @@ class Worker:
             state=self.state.value,
             iteration=self.last_it,
         )
+
+    def reset_monitoring(self, cfg: MonitorConfig) -> None:
+        """A new epoch: the iteration time changes (new DP size, new micro-batch count) and the
+        first iteration recomputes lost work, so hang and straggler monitors warm up again."""
+        self.monitor = RankMonitor(cfg)
+        self.hang_reported = False
+        self.exception_reported = False
+        self.synced_it = None
+        if self.state == WorkerState.UNHEALTHY:
+            self.state = WorkerState.HEALTHY
 
     def send_order(self, order: dict[str, Any]) -> None:
         if self.sim is not None:
@@ -158,11 +186,15 @@ class Worker:
 
 
 class TaskGroup:
-    def __init__(self, spec: WorkerSpec, cfg: MonitorConfig) -> None:
+    def __init__(
+        self, spec: WorkerSpec, cfg: MonitorConfig, workers: dict[int, Worker] | None = None
+    ) -> None:
         self.spec = spec
-        self.workers: dict[int, Worker] = {
-            ra.rank: Worker(spec, ra.rank, ra.device, cfg) for ra in spec.launch.ranks
-        }
+        self.workers: dict[int, Worker] = (
+            {ra.rank: Worker(spec, ra.rank, ra.device, cfg) for ra in spec.launch.ranks}
+            if workers is None
+            else workers
+        )
         self.stragglers = TaskStragglers(cfg)
 
     def result(self) -> RunResult:
@@ -190,8 +222,14 @@ class Supervisor:
         kill_hung: bool = True,
         run_dir: Path | None = None,
         worker_env: dict[str, str] | None = None,
+        node: str = "",
+        elastic_wait_s: float = 0.0,
     ) -> None:
+        """``elastic_wait_s`` > 0: elastic mode (workers survive collective errors and wait this long
+        for a transition order; transitions reuse live processes)."""
         self.emit_report = emit
+        self.node = node
+        self.elastic_wait_s = elastic_wait_s
         self.worker_kind = worker_kind
         self.cfg = monitor or MonitorConfig()
         self.kill_hung = kill_hung
@@ -238,15 +276,21 @@ class Supervisor:
 
     # ------------------------------------------------------------------ evidence
     def _report(
-        self, w: Worker, event: WorkerEvent, detector: Detector | None, occurred: float | None = None
+        self,
+        w: Worker,
+        event: WorkerEvent,
+        detector: Detector | None,
+        occurred: float | None = None,
+        epoch: int | None = None,
+        rank: int | None = None,
     ) -> None:
         now = time.time()
         self.emit_report(
             WorkerReport(
                 report_id=str(uuid.uuid4()),
                 task_id=w.spec.task_id,
-                epoch=w.spec.epoch,
-                rank=w.rank,
+                epoch=w.spec.epoch if epoch is None else epoch,
+                rank=w.rank if rank is None else rank,
                 device=w.device,
                 detector=detector,
                 occurred_at=_ts(occurred if occurred is not None else now),
@@ -263,21 +307,30 @@ class Supervisor:
         group = TaskGroup(spec, self.cfg)
         self.groups[spec.task_id] = group
         for w in group.workers.values():
-            if spec.kind == "sim":
-                from agents.sim import SimWorker
-
-                w.sim = SimWorker(self, w)
-                w.pid = None
-                self._report(w, WorkerStarted(pid=os.getpid()), None)
-                self._spawn(self._watch_sim(w))
-            else:
-                await self._launch_process(w)
+            await self._start_worker(w)
         return group
+
+    async def _start_worker(self, w: Worker) -> None:
+        if w.spec.kind == "sim":
+            from agents.sim import SimWorker
+
+            w.sim = SimWorker(self, w)
+            w.pid = None
+            self._report(w, WorkerStarted(pid=os.getpid()), None)
+            self._spawn(self._watch_sim(w))
+        else:
+            await self._launch_process(w)
 
     async def _launch_process(self, w: Worker) -> None:
         spec = w.spec
         assign = WorkerAssignment(
-            task_id=spec.task_id, epoch=spec.epoch, rank=w.rank, device=w.device, launch=spec.launch
+            task_id=spec.task_id,
+            epoch=spec.epoch,
+            rank=w.rank,
+            device=w.device,
+            launch=spec.launch,
+            node=self.node,
+            transition=w.transition,
         )
         w.stack_file = self.run_dir / f"stack-{spec.task_id}-e{spec.epoch}-r{w.rank}.txt"
         env = dict(os.environ)
@@ -287,6 +340,7 @@ class Supervisor:
                 ENV_SOCKET: str(self.socket_path),
                 ENV_STACK_FILE: str(w.stack_file),
                 ENV_RANK: str(w.rank),
+                ENV_ELASTIC_WAIT: str(self.elastic_wait_s),
                 "OMP_NUM_THREADS": "1",
                 "MKL_NUM_THREADS": "1",
                 "PYTHONUNBUFFERED": "1",
@@ -400,6 +454,11 @@ class Supervisor:
             return
         handler(self, w, ev)
 
+    def _stale(self, w: Worker, ev: dict[str, Any]) -> bool:
+        """An event of the worker's previous epoch arriving after it was moved to a new one."""
+        ep = ev.get("ep")
+        return ep is not None and int(ep) < w.spec.epoch
+
     def _ev_iter_start(self, w: Worker, ev: dict[str, Any]) -> None:
         w.iteration = int(ev["it"])
         w.iter_start = float(ev["t"])
@@ -443,6 +502,20 @@ class Supervisor:
     def _ev_mb(self, w: Worker, ev: dict[str, Any]) -> None:
         pass  # counted at iteration end; the event keeps the micro-batch's global identity flowing
 
+    def _ev_sync(self, w: Worker, ev: dict[str, Any]) -> None:
+        if ev.get("it") is not None:
+            w.synced_it = int(ev["it"])
+
+    def _ev_await(self, w: Worker, ev: dict[str, Any]) -> None:
+        """The worker's collective failed; it waits for a transition order, not in an iteration."""
+        w.iter_start = None
+        w.slow_phase = None
+        w.phase = "await"
+
+    def _ev_transition(self, w: Worker, ev: dict[str, Any]) -> None:
+        report = TransitionReport.model_validate(ev["report"])
+        self._report(w, report, None, float(ev["t"]), epoch=ev.get("ep"))
+
     def _ev_phase(self, w: Worker, ev: dict[str, Any]) -> None:
         if ev.get("state") == "begin":
             w.slow_phase = str(ev["phase"])
@@ -451,7 +524,9 @@ class Supervisor:
             w.slow_phase = None
 
     def _ev_exception(self, w: Worker, ev: dict[str, Any]) -> None:
-        w.exception_reported = True
+        stale = self._stale(w, ev)
+        if not stale:
+            w.exception_reported = True
         self._report(
             w,
             WorkerException(
@@ -463,6 +538,8 @@ class Supervisor:
             ),
             "exception_propagation",
             float(ev["t"]),
+            epoch=int(ev["ep"]) if stale else None,
+            rank=w.old_rank if stale else None,
         )
 
     def _ev_done(self, w: Worker, ev: dict[str, Any]) -> None:
@@ -475,6 +552,9 @@ class Supervisor:
         "phase": _ev_phase,
         "exception": _ev_exception,
         "done": _ev_done,
+        "sync": _ev_sync,
+        "await": _ev_await,
+        "transition": _ev_transition,
     }
 
     # ------------------------------------------------------------------ statistical monitoring
@@ -513,6 +593,17 @@ class Supervisor:
     async def _handle_hang(
         self, w: Worker, it: int, elapsed: float, threshold: float, median: float | None, phase: str
     ) -> None:
+        if self.elastic_wait_s > 0 and w.synced_it == it and w.slow_phase is None:
+            # A victim: it finished its micro-batches and waits in the all-reduce for a stuck peer.
+            # The culprit's agent kills the culprit and this rank's collective then fails fast; kill
+            # it only if it is still stuck in the same iteration one threshold later.
+            await asyncio.sleep(threshold)
+            if w.exit is not None or w.iteration != it or w.iter_start is None:
+                w.hang_reported = False
+                if w.state == WorkerState.UNHEALTHY and w.exit is None:
+                    w.state = WorkerState.HEALTHY
+                return
+            elapsed += threshold
         stack = await w.capture_stack()
         self._report(
             w,
@@ -574,6 +665,70 @@ class Supervisor:
                 )
         if all(w.exit is not None for w in group.workers.values()):
             self.groups.pop(task_id, None)
+
+    async def reconfigure_group(
+        self, spec: WorkerSpec, survivors: dict[int, int], transition: TransitionSpec
+    ) -> tuple[list[int], list[int]]:
+        """Move the task's local workers to ``spec``'s epoch; returns (ranks kept in place, fresh ranks).
+
+        ``survivors`` maps old ranks to new ranks. A local worker is kept in place when it is listed,
+        still alive, and its new rank runs on the same device (a process cannot change GPU);
+        elastic mode is required (otherwise the worker has left already after its failure). The
+        kept workers get a transition order; every other local worker of the task is stopped; new
+        ranks without a kept worker start fresh processes (they take their state as the order's
+        ``state_sources`` and the ranks' consensus decide, see :mod:`agents.training.worker`).
+        """
+        task_id = spec.task_id
+        group = self.groups.get(task_id)
+        devices = {ra.rank: ra.device for ra in spec.launch.ranks}
+        keep: dict[int, Worker] = {}
+        if group is not None and self.elastic_wait_s > 0:
+            for old_rank, w in sorted(group.workers.items()):
+                new_rank = survivors.get(old_rank)
+                if new_rank is None or new_rank in keep:
+                    continue
+                if w.exit is None and w.state.is_running and devices.get(new_rank) == w.device:
+                    keep[new_rank] = w
+        if group is not None:
+            kept = {id(w) for w in keep.values()}
+            stop = [r for r, w in group.workers.items() if id(w) not in kept]
+            if stop:
+                await self.stop_group(task_id, stop, grace_s=2.0)
+        group = self.groups.get(task_id)
+        if group is None:
+            group = TaskGroup(spec, self.cfg, workers={})
+            self.groups[task_id] = group
+        group.spec = spec
+        group.stragglers = TaskStragglers(self.cfg)
+        group.workers = {}
+        for new_rank, w in keep.items():
+            self._flush_stats(w)  # the old epoch's statistics go out under the old epoch
+            w.old_rank = w.rank
+            w.rank, w.spec, w.transition = new_rank, spec, transition
+            w.reset_monitoring(self.cfg)
+            group.workers[new_rank] = w
+            assign = WorkerAssignment(
+                task_id=task_id,
+                epoch=spec.epoch,
+                rank=new_rank,
+                device=w.device,
+                launch=spec.launch,
+                node=self.node,
+                transition=transition,
+            )
+            w.send_order(
+                {"transition": {"order": transition.kind, "assignment": assign.model_dump(mode="json")}}
+            )
+        fresh: list[int] = []
+        for ra in spec.launch.ranks:
+            if ra.rank in group.workers:
+                continue
+            w = Worker(spec, ra.rank, ra.device, self.cfg)
+            w.transition = transition
+            group.workers[ra.rank] = w
+            await self._start_worker(w)
+            fresh.append(ra.rank)
+        return sorted(keep), fresh
 
     def inject(self, task_id: str, fault: FaultSpec) -> str:
         """Route a fault to its worker. Returns a description for the ack."""

@@ -19,8 +19,10 @@ Usage in any Megatron/PyTorch loop (the hook itself imports neither)::
 
 Transport: newline-delimited JSON over the Unix socket named by ``UNICRON_HOOK_SOCKET`` (the agent
 serves it). Without that variable the hook is inert (a standalone run pays one attribute check per
-call). The agent can push fault-injection orders down the same socket; they are picked up without a
-thread by a non-blocking read at every iteration start.
+call). The agent pushes orders down the same socket: fault-injection orders (``{"fault": …}``) and
+transition orders (``{"transition": …}``, see :mod:`agents.training.elastic`). Both are picked up
+without a thread by a non-blocking read at every iteration start; a worker whose collective failed
+blocks in :meth:`TrainingHook.wait_order` (bounded) instead.
 
 Stack capture: the hook registers :mod:`faulthandler` on ``SIGUSR1`` writing all threads' Python
 stacks to ``UNICRON_STACK_FILE``; it works even while the main thread is blocked inside a C-level
@@ -84,7 +86,12 @@ class TrainingHook:
         self._compute_s: float | None = None
         self._progress: dict[str, Any] = {}
         self._micro_batches = 0
+        self.epoch: int | None = None
+        """The worker's epoch; tags exception and transition events (the agent may already have
+        moved the worker to a newer epoch when an old epoch's error arrives)."""
         self.fault_handlers: list[FaultHandler] = []
+        self.orders: list[dict[str, Any]] = []
+        """Transition orders received and not yet taken."""
         self.in_collective = False
         self._stack_fh: TextIO | None = None
         if stack_file:
@@ -119,7 +126,7 @@ class TrainingHook:
             os._exit(EXIT_HOOK_LOST)
 
     def _poll(self) -> None:
-        """Pick up orders from the agent without blocking (fault injection)."""
+        """Pick up orders from the agent without blocking."""
         if self._sock is None:
             return
         try:
@@ -130,12 +137,49 @@ class TrainingHook:
             os._exit(EXIT_HOOK_LOST)
         if not chunk:
             os._exit(EXIT_HOOK_LOST)
+        self._take(chunk)
+
+    def _take(self, chunk: bytes) -> None:
         self._buf += chunk
         while b"\n" in self._buf:
             line, self._buf = self._buf.split(b"\n", 1)
             order = json.loads(line)
+            if "transition" in order:
+                self.orders.append(order["transition"])
+                continue
             for handler in self.fault_handlers:
                 handler(order)
+
+    def poll_orders(self) -> dict[str, Any] | None:
+        """A pending transition order, if one arrived (non-blocking); it is taken."""
+        self._poll()
+        return self.orders.pop(0) if self.orders else None
+
+    def wait_order(self, timeout_s: float) -> dict[str, Any] | None:
+        """Block up to ``timeout_s`` for a transition order (after a failed collective)."""
+        if self.orders:
+            return self.orders.pop(0)
+        if self._sock is None:
+            return None
+        self._send({"ev": "await", "t": time.time(), "ep": self.epoch})
+        deadline = time.monotonic() + timeout_s
+        while not self.orders:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._sock.settimeout(left)
+            try:
+                chunk = self._sock.recv(65536)
+            except TimeoutError:
+                return None
+            except OSError:
+                os._exit(EXIT_HOOK_LOST)
+            finally:
+                self._sock.settimeout(None)
+            if not chunk:
+                os._exit(EXIT_HOOK_LOST)
+            self._take(chunk)
+        return self.orders.pop(0)
 
     # ---------------------------------------------------------------- progress
     @contextlib.contextmanager
@@ -169,8 +213,17 @@ class TrainingHook:
         self._send({"ev": "mb", "it": it, "idx": index, "t": time.time()})
 
     def compute_done(self) -> None:
-        """All local micro-batches done; what follows is gradient synchronisation and the update."""
-        self._compute_s = time.time() - self._iter_start
+        """All local micro-batches done; what follows is gradient synchronisation and the update.
+
+        The agent learns that this rank now waits for its peers: if the iteration then hangs, this
+        rank is a victim of a hung peer, not the culprit (see :mod:`agents.supervisor`)."""
+        now = time.time()
+        self._compute_s = now - self._iter_start
+        self._send({"ev": "sync", "it": self._iteration, "t": now})
+
+    def transition(self, report: dict[str, Any]) -> None:
+        """The first iteration of a new epoch completed: how the rank got there (TransitionReport)."""
+        self._send({"ev": "transition", "t": time.time(), "ep": self.epoch, "report": report})
 
     def set_progress(self, tokens: int, model_flops: float, loss: float | None = None) -> None:
         self._progress = {"tokens": tokens, "flops": model_flops, "loss": loss}
@@ -199,8 +252,10 @@ class TrainingHook:
                 "tb": tb,
                 "it": self._iteration,
                 "in_collective": self.in_collective or "distributed_c10d.py" in tb,
+                "ep": self.epoch,
             }
         )
+        exc.__dict__["_unicron_reported"] = True
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[TrainingHook]:
@@ -218,7 +273,8 @@ class TrainingHook:
             reap_children()
             os._exit(EXIT_EXCEPTION)
         except BaseException as exc:
-            self.report_exception(exc)
+            if not getattr(exc, "_unicron_reported", False):
+                self.report_exception(exc)
             traceback.print_exc(file=sys.stderr)
             sys.stderr.flush()
             reap_children()
