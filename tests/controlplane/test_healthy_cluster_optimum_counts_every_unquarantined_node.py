@@ -1,17 +1,12 @@
 """The healthy-cluster optimum: the planner's best WAF over every device of every non-quarantined node,
-whatever the node's state, calibrated with a running task's measured speed."""
+whatever the node's state, with the calibration the plans use."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 
-from controlplane.apps.fleet.models import Device, Node
-from controlplane.apps.metrics.models import MetricSample
+from controlplane.apps.fleet.models import Node
 from controlplane.apps.metrics.optimum import get_healthy_cluster_optimum
-from controlplane.apps.training.models import Allocation
 from tests.controlplane.factories import NodeFactory, TaskFactory
 
 
@@ -41,22 +36,16 @@ def test_the_optimum_scales_with_weight_and_ignores_finished_tasks(db: None) -> 
     assert get_healthy_cluster_optimum() == pytest.approx(3 * one)
 
 
-def test_a_measured_speed_replaces_the_modelled_one_at_the_current_count(db: None) -> None:
-    node = NodeFactory(devices=2)
+def test_the_optimum_follows_the_calibration_the_plans_use(db: None) -> None:
+    NodeFactory(devices=2)
     task = TaskFactory(state="running", weight=2.0, min_workers=2, max_workers=2)
-    for rank, device in enumerate(Device.objects.filter(node=node)):
-        Allocation.objects.create(task=task, device=device, rank=rank)
-    now = timezone.now()
-    Allocation.objects.filter(task=task).update(created_at=now - timedelta(seconds=60))
-    modelled = get_healthy_cluster_optimum()
-    measured = modelled / 2.0 / 1000  # a CPU-like speed, far below the model
-    # from before the current allocation (another worker count): not a measurement of this one
-    MetricSample.objects.create(task=task, kind="achieved_flops", value=1.0, at=now - timedelta(seconds=90))
-    assert get_healthy_cluster_optimum() == pytest.approx(modelled)
+    nominal = get_healthy_cluster_optimum()
 
-    for age in (1, 2, 3):
-        MetricSample.objects.create(
-            task=task, kind="achieved_flops", value=measured, at=now - timedelta(seconds=age)
-        )
+    # the workload manager's calibration from measured iteration times: a tenth of the modelled speed
+    task.throughput_table = {
+        "device_kind": "h100-80g",
+        "efficiency": {"compute": 0.05, "communication": 0.05, "overhead_s": 0.0},
+    }
+    task.save()
 
-    assert get_healthy_cluster_optimum() == pytest.approx(2.0 * measured, rel=1e-2)
+    assert 0 < get_healthy_cluster_optimum() < nominal

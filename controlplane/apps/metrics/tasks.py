@@ -37,7 +37,7 @@ def sample_cluster_waf_now(now: datetime | None = None) -> ClusterWafSample:
     sample = ClusterWafSample(
         at=now,
         achieved=get_achieved_waf(now),
-        optimum=get_healthy_cluster_optimum(now),
+        optimum=get_healthy_cluster_optimum(),
         goodput=None if ratio is None else min(max(ratio, 0.0), 1.0),
     )
     do_record_cluster_waf(sample)
