@@ -1,10 +1,10 @@
 // Reconfiguration history: every plan with its trigger, the per-task before/after allocation, the
 // planner's explanation, and each transition's phases, lost work and migration sources.
-import { $, api, apiList, badge, clear, debounce, el, empty, errorBox, fmtFlops, fmtNum, fmtSecs, fmtTime, parseTime, taskColour } from "./core.js";
+import { $, api, apiList, badge, clear, debounce, el, empty, errorBox, fmtFlops, fmtNum, fmtSecs, fmtTime, taskColour } from "./core.js";
 import { EP } from "./endpoints.js";
 import { onLive } from "./live.js";
+import { lostWorkText, phaseBar, sourcesText, transitionSeconds } from "./transitions.js";
 
-const PHASE_COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7"];
 let plans = [], transitions = [], tasks = new Map(), events = new Map();
 
 const cfg = (c) => {
@@ -22,7 +22,7 @@ function taskLabel(id) {
 }
 
 function explanation(plan) {
-  const given = plan.input_snapshot && (plan.input_snapshot.explanation || plan.input_snapshot.explain);
+  const given = plan.explanation || (plan.input_snapshot && (plan.input_snapshot.explanation || plan.input_snapshot.explain));
   if (given) return String(given);
   const lines = [`${plan.trigger.replace(/_/g, " ")}: expected WAF ${fmtFlops(plan.expected_waf)}, transition cost ${fmtNum(plan.transition_cost)} FLOP (weighted), D_running ${fmtSecs(plan.d_running_s)}.`];
   for (const d of plan.decisions || []) {
@@ -32,33 +32,18 @@ function explanation(plan) {
   return lines.join("\n");
 }
 
-function phaseBar(steps) {
-  const timed = steps.map((s) => ({ ...s, dur: s.started_at && s.finished_at ? (parseTime(s.finished_at) - parseTime(s.started_at)) / 1000 : 0 }));
-  const total = timed.reduce((a, s) => a + s.dur, 0);
-  if (!total) return el("div", { class: "muted" }, steps.map((s) => `${s.name} (${s.state})`).join(" → ") || "no steps");
-  return [
-    el("div", { class: "phase-bar", title: "time per phase" }, timed.map((s, i) => el("span", { title: `${s.name}: ${fmtSecs(s.dur)}`, style: { width: `${(100 * s.dur) / total}%`, background: PHASE_COLOURS[i % PHASE_COLOURS.length] } }))),
-    el("div", { class: "grid-legend" }, timed.map((s, i) => el("span", {}, el("span", { class: "sw", style: { background: PHASE_COLOURS[i % PHASE_COLOURS.length] } }), `${s.name.replace(/_/g, " ")} ${fmtSecs(s.dur)}`, s.state !== "done" ? [" ", badge(s.state)] : null))),
-  ];
-}
-
-function sourcesText(ms) {
-  const counts = {};
-  for (const v of Object.values(ms || {})) { const k = typeof v === "string" ? v : v && v.source ? v.source : JSON.stringify(v); counts[k] = (counts[k] || 0) + 1; }
-  const e = Object.entries(counts);
-  return e.length ? e.map(([k, n]) => `${k.replace(/_/g, " ")} ×${n}`).join(", ") : "—";
-}
-
 function renderTransition(t) {
-  const dur = t.started_at && t.finished_at ? (parseTime(t.finished_at) - parseTime(t.started_at)) / 1000 : null;
+  const ev = t.failure_event ? events.get(t.failure_event) : null;
   return el("div", { class: "panel", style: { margin: "6px 0", padding: "8px 10px" }, "data-transition": t.id },
     el("div", { class: "tl-head" },
-      el("strong", {}, el("a", { href: `/tasks/${t.task}/` }, t.task_name || taskLabel(t.task))), badge(t.state),
-      el("span", { class: "muted" }, `epoch ${t.epoch} · ${t.old_workers} → ${t.new_workers} workers · ${fmtSecs(dur)} total`)),
-    phaseBar(t.steps || []),
+      el("strong", {}, el("a", { href: `/tasks/${t.task}/` }, t.task_name || taskLabel(t.task))), badge(t.state), t.kind ? badge(t.kind) : null,
+      el("span", { class: "muted" }, `epoch ${t.previous_epoch ?? Math.max(t.epoch - 1, 0)} → ${t.epoch} · ${t.old_workers} → ${t.new_workers} workers · ${fmtSecs(transitionSeconds(t))} total`)),
+    phaseBar(t),
     el("dl", { class: "kv" },
-      el("dt", {}, "Lost work"), el("dd", {}, `${t.lost_microbatches} micro-batches · ${fmtSecs(t.lost_work_s)} recompute`),
-      el("dt", {}, "State from"), el("dd", {}, sourcesText(t.migration_sources)),
+      ev ? [el("dt", {}, "Recovers from"), el("dd", {}, badge(ev.severity, "sev"), " ", el("a", { href: `/alerts/?event=${ev.id}` }, ev.kind), ev.node_name ? ` on ${ev.node_name}` : "", t.detection_latency_s !== null && t.detection_latency_s !== undefined ? `, detected in ${fmtSecs(t.detection_latency_s)}` : "")] : null,
+      el("dt", {}, "Lost work"), el("dd", { "data-testid": "lost-work" }, lostWorkText(t)),
+      el("dt", {}, "State from"), el("dd", { "data-testid": "migration-sources" }, sourcesText(t.migration_sources)),
+      t.resume_iteration !== null && t.resume_iteration !== undefined ? [el("dt", {}, "Resumed at"), el("dd", {}, `iteration ${t.resume_iteration}`)] : null,
       t.error ? [el("dt", {}, "Error"), el("dd", { class: "field-error" }, t.error)] : null));
 }
 
@@ -68,7 +53,7 @@ function renderPlan(p) {
   const decisions = p.decisions || [];
   return el("li", { id: `plan-${p.id}`, class: p.trigger === "failure" ? "trigger-failure" : "", "data-testid": "plan-item" },
     el("div", { class: "tl-head" },
-      el("strong", {}, `Plan #${p.id}`), badge(p.trigger), el("span", { class: "tl-time", title: p.created_at }, fmtTime(p.created_at)),
+      el("strong", {}, `Plan #${p.id}`), badge(p.trigger), p.lookup ? el("span", { class: "badge", title: "decided by a lookup of a precomputed plan" }, "precomputed") : null, el("span", { class: "tl-time", title: p.created_at }, fmtTime(p.created_at)),
       ev ? el("span", {}, "after ", badge(ev.severity, "sev"), " ", el("a", { href: `/alerts/?event=${ev.id}` }, ev.kind), ev.node_name ? ` on ${ev.node_name}` : "") : null,
       el("span", { class: "muted" }, `computed in ${fmtNum(p.compute_time_ms, 2)} ms`)),
     el("div", { class: "tl-body" },
@@ -111,7 +96,7 @@ async function refresh() {
       apiList(EP.tasks),
     ]);
     plans = p; transitions = t; tasks = new Map(ts.map((x) => [x.id, x]));
-    const need = [...new Set(plans.map((x) => x.failure_event).filter((x) => x && !events.has(x)))];
+    const need = [...new Set([...plans, ...transitions].map((x) => x.failure_event).filter((x) => x && !events.has(x)))];
     await Promise.all(need.map(async (id) => { try { events.set(id, await api(EP.failureEvent(id))); } catch { /* shown without link */ } }));
     render();
   } catch (e) { clear($("#timeline"), el("li", {}, errorBox(e))); }

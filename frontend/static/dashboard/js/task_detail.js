@@ -4,6 +4,7 @@ import { EP } from "./endpoints.js";
 import { onLive } from "./live.js";
 import { legendNote, timeChart } from "./charts.js";
 import { cancelTask, changeWeight } from "./task_actions.js";
+import { lostWorkText, phases, sourcesText, transitionSeconds } from "./transitions.js";
 
 const taskId = Number($("#task-root").dataset.taskId);
 let task = null;
@@ -59,22 +60,21 @@ function renderTask() {
 function renderHistory() {
   const box = $("#task-history");
   if (!transitions.length) { clear(box, empty("No reconfigurations yet: the task has kept its first allocation.")); return; }
-  clear(box, el("table", { class: "table" },
-    el("thead", {}, el("tr", {}, ["When", "Epoch", "Workers", "State", "Time", "Lost work", "State from", "Plan"].map((h) => el("th", {}, h)))),
+  clear(box, el("table", { class: "table", "data-testid": "allocation-history" },
+    el("thead", {}, el("tr", {}, ["When", "Kind", "Epoch", "Workers", "State", "Time", "Per phase", "Lost work", "State from", "Plan"].map((h) => el("th", {}, h)))),
     el("tbody", {}, transitions.map((t) => {
-      const dur = t.started_at && t.finished_at ? (parseTime(t.finished_at) - parseTime(t.started_at)) / 1000 : null;
       const d = t.new_workers - t.old_workers;
-      const sources = Object.values(t.migration_sources || {});
-      const counts = {};
-      for (const s of sources) counts[s] = (counts[s] || 0) + 1;
-      return el("tr", {},
+      const ph = phases(t).filter((p) => p.s > 0).map((p) => `${p.name.replace(/_/g, " ")} ${fmtSecs(p.s)}`).join(" · ");
+      return el("tr", { "data-transition": t.id },
         el("td", { title: t.created_at }, fmtTime(t.created_at)),
-        el("td", {}, String(t.epoch)),
+        el("td", {}, t.kind ? badge(t.kind) : "—"),
+        el("td", {}, `${t.previous_epoch ?? Math.max(t.epoch - 1, 0)} → ${t.epoch}`),
         el("td", {}, `${t.old_workers} → ${t.new_workers} `, d ? el("span", { class: d > 0 ? "delta-up" : "delta-down" }, `(${d > 0 ? "+" : ""}${d})`) : null),
         el("td", {}, badge(t.state)),
-        el("td", {}, fmtSecs(dur)),
-        el("td", {}, t.lost_microbatches ? `${t.lost_microbatches} micro-batches (${fmtSecs(t.lost_work_s)})` : fmtSecs(t.lost_work_s)),
-        el("td", {}, Object.entries(counts).map(([k, n]) => `${k.replace(/_/g, " ")} ×${n}`).join(", ") || "—"),
+        el("td", {}, fmtSecs(transitionSeconds(t))),
+        el("td", { class: "muted" }, ph || "—"),
+        el("td", {}, lostWorkText(t)),
+        el("td", {}, sourcesText(t.migration_sources)),
         el("td", {}, el("a", { href: `/history/#plan-${t.plan}` }, `plan #${t.plan}`)));
     }))));
 }
