@@ -1,4 +1,11 @@
-"""``python -m agents --coordinator URL --token TOKEN --devices N [--worker megatron|sim]``."""
+"""``python -m agents --coordinator URL --token TOKEN --devices N [--worker megatron|sim]``.
+
+In-memory snapshots (:mod:`agents.snapshots`): the agent serves its snapshot store to peers on
+``--snapshot-host``:``--snapshot-port`` (default 127.0.0.1 and any free port; bind 0.0.0.0 and set
+``--snapshot-advertise`` on a real cluster) and keeps it under ``--snapshot-dir`` (default
+``/dev/shm/unicron-snapshots-<node>``). The store runs in the agent's event loop and its directory is
+handed to the workers through their environment.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from pathlib import Path
 
 from agents.agent import Agent, AgentConfig
 from agents.monitor import MonitorConfig
+from agents.snapshots import SnapshotStore, SnapshotStoreConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +36,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path, help="sockets, worker logs, stack dumps (default: a temp dir)")
     p.add_argument("--hang-floor", type=float, default=MonitorConfig.hang_floor_s, help="seconds")
     p.add_argument("--log-level", default="INFO")
+    snap = p.add_argument_group("in-memory snapshots")
+    snap.add_argument(
+        "--snapshot-dir", type=Path, help="tmpfs directory (default: /dev/shm/unicron-snapshots-NODE)"
+    )
+    snap.add_argument("--snapshot-host", default="127.0.0.1", help="bind address of the peer snapshot server")
+    snap.add_argument(
+        "--snapshot-port", type=int, default=0, help="port of the peer snapshot server (0: any)"
+    )
+    snap.add_argument("--snapshot-advertise", help="host peers dial (default: --snapshot-host)")
+    snap.add_argument("--snapshot-timeout", type=float, default=30.0, help="seconds per network step")
+    snap.add_argument("--no-snapshots", action="store_true", help="no snapshot store and server")
     return p
+
+
+def snapshot_config(args: argparse.Namespace) -> SnapshotStoreConfig:
+    return SnapshotStoreConfig(
+        root=args.snapshot_dir,
+        host=args.snapshot_host,
+        port=args.snapshot_port,
+        advertise_host=args.snapshot_advertise,
+        timeout_s=args.snapshot_timeout,
+        enabled=not args.no_snapshots,
+    )
+
+
+async def run_agent(cfg: AgentConfig, snapshots: SnapshotStoreConfig) -> None:
+    """The agent and, beside it in the same loop, its snapshot store (workers get its directory)."""
+    store = SnapshotStore(cfg.node, snapshots) if snapshots.enabled else None
+    if store is not None:
+        await store.start()
+        cfg.worker_env.update(store.worker_env())
+        logging.getLogger("agents.cli").info("snapshot store %s serving on %s", store.root, store.endpoint)
+    try:
+        await Agent(cfg).run()
+    finally:
+        if store is not None:
+            await store.close()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,4 +94,4 @@ def main(argv: list[str] | None = None) -> None:
         monitor=MonitorConfig(hang_floor_s=args.hang_floor),
         run_dir=args.run_dir,
     )
-    asyncio.run(Agent(cfg).run())
+    asyncio.run(run_agent(cfg, snapshot_config(args)))

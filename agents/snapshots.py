@@ -124,8 +124,21 @@ class SnapshotStore:
     def __init__(self, node: str, cfg: SnapshotStoreConfig | None = None) -> None:
         self.node = safe_name(node, "node")
         self.cfg = cfg or SnapshotStoreConfig()
-        self.root = Path(self.cfg.root) if self.cfg.root is not None else default_root(node)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.ephemeral = False
+        self._lock_fd: int | None = None
+        if self.cfg.root is not None:
+            self.root = Path(self.cfg.root)
+            self.root.mkdir(parents=True, exist_ok=True)
+        else:
+            self.root = default_root(node)
+            self.root.mkdir(parents=True, exist_ok=True)
+            if not self._lock(self.root):
+                # Another live agent with the same node name (tests, a second agent on one host)
+                # owns the default root: use a private one, deleted on close.
+                self.root = Path(f"{self.root}-{os.getpid()}")
+                self.root.mkdir(parents=True, exist_ok=True)
+                self.ephemeral = True
+                log.warning("snapshot root of %s is in use by another agent: using %s", node, self.root)
         self.endpoint: str | None = None
         self._server: asyncio.Server | None = None
         self._scanner: asyncio.Task[None] | None = None
@@ -155,6 +168,24 @@ class SnapshotStore:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        if self.ephemeral:
+            shutil.rmtree(self.root, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _lock(self, root: Path) -> bool:
+        """Hold ``root/.lock`` while this store lives (released by the OS if the agent dies)."""
+        import fcntl
+
+        fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
 
     def worker_env(self) -> dict[str, str]:
         return {ENV_SNAPSHOT_DIR: str(self.root), ENV_SNAPSHOT_NODE: self.node}

@@ -303,7 +303,13 @@ class SnapshotWriter:
         """After iteration ``iteration``'s optimizer step: snapshot if due. True when staged."""
         if not self.due(iteration):
             return False
-        return self.snapshot(iteration, state_fn())
+        if not self._free.is_set():  # the previous one is still being written: skip, never stall
+            self.stats.skipped_busy += 1
+            return False
+        import torch
+
+        with torch._C.DisableTorchFunction():  # see _stage: metadata and host copies only
+            return self.snapshot(iteration, state_fn())
 
     def path(self, iteration: int) -> Path:
         return snapshot_path(self.root, self.origin, self.task_id, self.epoch, iteration)
@@ -328,12 +334,20 @@ class SnapshotWriter:
 
     def _stage(self, iteration: int, sharded_state_dict: dict[str, Any]) -> _Job:
         import torch
+
+        if self.position is None:
+            self.position = current_shard_position()
+        # Plain host copies: skip any torch-function mode (the CPU compatibility layer intercepts
+        # every tensor call, which made staging several times slower; it redirects nothing here).
+        with torch._C.DisableTorchFunction():
+            return self._stage_plain(iteration, sharded_state_dict)
+
+    def _stage_plain(self, iteration: int, sharded_state_dict: dict[str, Any]) -> _Job:
+        import torch
         from megatron.core.dist_checkpointing.dict_utils import dict_list_map_outplace, nested_values
         from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
         from megatron.core.dist_checkpointing.state_dict_utils import save_preprocess
 
-        if self.position is None:
-            self.position = current_shard_position()
         sharded_part, common = save_preprocess(sharded_state_dict, validate_access_integrity=False)
         tensors: list[Any] = []
         objects: list[dict[str, Any]] = []

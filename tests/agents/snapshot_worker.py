@@ -208,6 +208,7 @@ def run(cfg: dict[str, Any]) -> None:
         if cfg.get("compare_dist_ckpt"):
             # An independent oracle: the same state through megatron's own resharding loader.
             model2, _, opt2 = build()
+            t1 = time.perf_counter()
             msd = model2.sharded_state_dict()
             loaded = dist_checkpointing.load(
                 {"model": msd, "optimizer": opt2.sharded_state_dict(msd, is_loading=True)},
@@ -215,6 +216,7 @@ def run(cfg: dict[str, Any]) -> None:
             )
             model2.load_state_dict(loaded["model"])
             opt2.load_state_dict(loaded["optimizer"])
+            result["dist_ckpt_load_s"] = time.perf_counter() - t1
             torch.save(state_of(model2, opt2), Path(cfg["dump"]).with_suffix(".dist_ckpt.pt"))
     if cfg.get("dump") and cfg.get("iterations", 0) <= start:
         torch.save(state_of(model, optimizer), cfg["dump"])
@@ -269,7 +271,9 @@ def run(cfg: dict[str, Any]) -> None:
         )
         finalize_model_grads([ddp])
         optimizer.step()
+        t_snap = time.perf_counter()
         if writer is not None and writer.maybe_snapshot(it, sharded_state):
+            result.setdefault("snapshot_call_s", []).append(time.perf_counter() - t_snap)
             result["snapshot_iterations"].append(it)
             if ref_dir is not None:
                 ref_dir.mkdir(parents=True, exist_ok=True)
