@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -134,3 +136,65 @@ async def connect(transactional_db: None) -> AsyncIterator[Connect]:
     for comm in opened:
         with contextlib.suppress(Exception):  # already closed by the server
             await comm.disconnect()
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole self-healing loop with real processes (tests/e2e/loop.py)
+# --------------------------------------------------------------------------------------------------
+
+LOOP_ENV = {
+    "UNICRON_STEP_DEADLINE_S": "20",
+    "UNICRON_RESUME_DEADLINE_S": "40",
+    "UNICRON_SETTLE_WINDOW_S": "0.4",
+    "UNICRON_LOST_AFTER_S": "3",
+    "UNICRON_SUSPECT_AFTER_S": "2",
+    "UNICRON_CHECKPOINT_INTERVAL": "20",
+    "LOG_LEVEL": "INFO",
+}
+
+
+@pytest.fixture(scope="session")
+def loop_server(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    """A daphne serving the project's ASGI application on the test database (one per session)."""
+    from channels.routing import get_default_application
+    from daphne.testing import DaphneProcess
+    from django.db import connections
+
+    process = DaphneProcess("127.0.0.1", get_default_application)
+    with django_db_blocker.unblock():
+        connections.close_all()  # the fork must not share the parent's database sockets
+        process.start()
+    if not process.ready.wait(timeout=30):
+        process.terminate()
+        raise RuntimeError("daphne did not start within 30 s")
+    try:
+        yield f"ws://127.0.0.1:{process.port.value}/ws/agent/"
+    finally:
+        process.terminate()
+        process.join(timeout=10)
+
+
+@pytest.fixture
+def loop(loop_server: str, transactional_db: None, tmp_path: Path) -> Iterator[Any]:
+    """Agents, a Celery worker (with beat) and the ASGI server around the test database."""
+    import redis
+    from django.conf import settings
+
+    from tests.e2e.loop import Loop, seed_beat_schedule, test_database_url
+
+    seed_beat_schedule()
+    redis.Redis.from_url(settings.REDIS_URL).delete("celery")  # stale messages of earlier runs
+    env = dict(
+        os.environ,
+        DATABASE_URL=test_database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        UNICRON_CHECKPOINT_ROOT=str(tmp_path / "ckpt"),
+        PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+        **LOOP_ENV,
+    )
+    harness = Loop(loop_server, tmp_path, env)
+    harness.start_worker()
+    try:
+        yield harness
+    finally:
+        harness.close()

@@ -60,7 +60,9 @@ ACTION_FOR = {
 
 
 def _candidate(ev: FailureEvent) -> FailureCandidate:
-    rank = (ev.evidence or {}).get("report", {}).get("rank")
+    report = (ev.evidence or {}).get("report", {})
+    rank = report.get("rank")
+    is_exit = (report.get("event") or {}).get("kind") == "exited"
     return FailureCandidate(
         event_id=ev.pk,
         severity=ev.severity,
@@ -69,6 +71,7 @@ def _candidate(ev: FailureEvent) -> FailureCandidate:
         epoch=ev.task_epoch,
         node=ev.node.name if ev.node is not None else None,
         rank=rank if isinstance(rank, int) else None,
+        is_exit=is_exit,
     )
 
 
@@ -90,7 +93,7 @@ def handle_failure(event_id: int, waited_s: float = 0.0) -> str:
     with transaction.atomic():
         orchestration_lock()
         ev = (
-            FailureEvent.objects.select_for_update()
+            FailureEvent.objects.select_for_update(of=("self",))
             .select_related("node", "task")
             .filter(pk=event_id)
             .first()

@@ -138,7 +138,8 @@ def load_cluster() -> ClusterView:
     per_node = Counter(d.node_id for d in of_kind)
     known = DEVICE_KINDS.get(kind_name)
     if known is not None:
-        kind = known
+        # a TP group never straddles nodes: the nodes we have bound it, not the kind's nominal node size
+        kind = replace(known, devices_per_node=min(known.devices_per_node, max(per_node.values(), default=1)))
     else:
         kind = _device_kind(
             ClusterKind(kind_name, len(of_kind), memory or 1, max(per_node.values(), default=1))

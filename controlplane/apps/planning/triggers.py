@@ -25,7 +25,7 @@ def _send(name: str, kwargs: dict[str, Any], countdown: float | None = None) -> 
     from controlplane.config.celery import app  # lazy: pure importers never pull Celery in
 
     try:
-        app.tasks[name].apply_async(kwargs=kwargs, countdown=countdown)
+        app.send_task(name, kwargs=kwargs, countdown=countdown)
     except Exception:  # the broker is down: the beat watchdog reconciles from the rows
         log.warning("could not enqueue %s %s", name, kwargs, exc_info=True)
 

@@ -61,7 +61,7 @@ from controlplane.apps.training.services import (
     do_set_task_plan_fields,
     do_set_task_state,
 )
-from controlplane.core.orchestration import DeviceSlot, Layout, RankPlacement, place
+from controlplane.core.orchestration import DeviceSlot, Layout, PlacementError, RankPlacement, place
 from controlplane.core.planning import ClusterState, PlanningProblem, PrecomputedPlans, apply_event
 from controlplane.core.planning import Plan as CorePlan
 from controlplane.core.planning import plan as dp_plan
@@ -282,7 +282,12 @@ def _carry_out(
     )
     if unchanged:
         return None
-    placements = place(layout, current, free)
+    try:
+        placements = place(layout, current, free)
+    except PlacementError as exc:
+        do_set_task_plan_fields(task, pending_reason=f"queued: {exc}")
+        log.warning("task %s: %s", task.pk, exc)
+        return None
     chosen = {p.device for p in placements}
     free[:] = sorted([d for d in free if d not in chosen] + [d for d in current if d not in chosen])
     alive = alive_ranks(task, held)

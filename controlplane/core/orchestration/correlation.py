@@ -11,7 +11,10 @@ would retry, restart and re-plan the same task three times. So the failure handl
 3. **defers** while one of the task's nodes is suspect (its link dropped, the node health watchdog
    has not decided yet), up to ``max_wait_s``: a node loss must win over the peers' connection errors;
 4. otherwise acts once, on the highest severity among the task's unhandled events at that epoch
-   (ties: the earliest detected), and marks the others as absorbed by it.
+   (ties: the earliest detected), and marks the others as absorbed by it. A rank's *exit* is not
+   evidence of its own when the same rank reported why first (an exception forwarded by the hook, a
+   hang verdict after which the agent killed it): the exit is the consequence, so a network error
+   (sev3) followed by the worker's exit code stays a sev3, not a "worker exited" sev2.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class FailureCandidate:
     epoch: int | None = None
     node: str | None = None
     rank: int | None = None
+    is_exit: bool = False
+    """Process supervision saw the rank exit (as opposed to a reason reported by the rank / monitor)."""
 
 
 DecisionKind = Literal["act", "defer", "stale", "handover"]
@@ -92,7 +97,9 @@ def correlate(
             (),
             f"node(s) {', '.join(sorted(suspect_nodes))} suspect: waiting for the health verdict",
         )
-    primary = min(members.values(), key=_key)
+    explained = {(c.node, c.rank) for c in members.values() if not c.is_exit and c.rank is not None}
+    evidence = [c for c in members.values() if not (c.is_exit and (c.node, c.rank) in explained)]
+    primary = min(evidence or list(members.values()), key=_key)
     absorbed = tuple(sorted(i for i in members if i != primary.event_id))
     return Decision(
         "act",

@@ -1,0 +1,260 @@
+"""The whole self-healing loop with real processes: daphne (the ASGI app: agent links), a Celery worker
+with embedded beat (replan, failure handling, transitions, the watchdogs) and node agents
+(``python -m agents``, sim or Megatron workers), all on the pytest-django test database.
+
+Tests drive it through the services and the outbox, as an operator or the API would, and read the rows.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from django.db import connection
+from django.db.models import Count
+
+from controlplane.apps.fleet.choices import CommandType
+from controlplane.apps.fleet.models import AgentCommand, Node
+from controlplane.apps.fleet.services import do_enqueue_command, do_register_node
+from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.planning.models import Plan, Transition
+from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.services import TaskSubmission, do_submit_task
+from controlplane.core.protocol import FaultSpec
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+SIM_SPEC = {
+    "num_layers": 8,
+    "hidden_size": 1024,
+    "num_attention_heads": 16,
+    "seq_length": 1024,
+    "vocab_size": 32000,
+    "global_batch_size": 32,
+    "micro_batch_size": 1,
+}
+"""A model whose *modelled* A100 iteration (what sim workers sleep) is ~50 ms on 4 workers."""
+
+TINY_GPT = {
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "seq_length": 32,
+    "vocab_size": 128,
+    "global_batch_size": 8,
+    "micro_batch_size": 2,
+}
+"""The tiny GPT real Megatron workers train on CPU (notes/stack-facts.md)."""
+
+SCHEDULE_MIGRATIONS = (
+    "controlplane.apps.fleet.migrations.0003_node_health_periodic_task",
+    "controlplane.apps.planning.migrations.0003_rendezvous_port_sequence_and_transition_watchdog",
+)
+
+
+def seed_beat_schedule() -> None:
+    """Transactional tests flush every table, the beat schedule rows too: put them back."""
+    from django.apps import apps
+
+    for name in SCHEDULE_MIGRATIONS:
+        importlib.import_module(name).schedule(apps, None)
+
+
+@dataclass
+class Loop:
+    ws_url: str
+    run_dir: Path
+    env: dict[str, str]
+    agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    worker: subprocess.Popen[bytes] | None = None
+    worker_kind: dict[str, str] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ processes
+    def start_worker(self) -> None:
+        log = open(self.run_dir / "celery.log", "ab")  # noqa: SIM115 - owned by the child
+        self.worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "controlplane.config.celery",
+                "worker",
+                "-B",
+                "-S",
+                "django_celery_beat.schedulers:DatabaseScheduler",
+                "--concurrency=1",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "INFO",
+            ],
+            cwd=str(REPO),
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+
+    def kill_worker(self) -> None:
+        """SIGKILL the Celery worker and its pool (as a crash would)."""
+        if self.worker is not None and self.worker.poll() is None:
+            os.killpg(self.worker.pid, signal.SIGKILL)
+            self.worker.wait(10)
+        self.worker = None
+
+    def add_node(self, devices: int = 2, worker: str = "sim", name: str | None = None) -> Node:
+        name = name or f"n-{uuid.uuid4().hex[:8]}"
+        node, token = do_register_node(None, name, address="127.0.0.1")
+        self.tokens[name] = token
+        self.worker_kind[name] = worker
+        self.devices = devices
+        self.start_agent(name, devices)
+        return node
+
+    def start_agent(self, name: str, devices: int = 2) -> None:
+        run = self.run_dir / name
+        run.mkdir(parents=True, exist_ok=True)
+        log = open(run / "agent.log", "ab")  # noqa: SIM115 - owned by the child
+        env = dict(self.env, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        self.agents[name] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agents",
+                "--coordinator",
+                self.ws_url,
+                "--token",
+                self.tokens[name],
+                "--devices",
+                str(devices),
+                "--worker",
+                self.worker_kind[name],
+                "--node",
+                name,
+                "--run-dir",
+                str(run),
+                "--hang-floor",
+                "2.0",
+                "--no-snapshots",
+            ],
+            cwd=str(REPO),
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+
+    def kill_agent(self, name: str) -> None:
+        proc = self.agents.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def close(self) -> None:
+        for name in list(self.agents):
+            self.kill_agent(name)
+        self.kill_worker()
+
+    # ------------------------------------------------------------------ driving
+    def submit(self, name: str = "t", spec: dict[str, int] | None = None, **kw: Any) -> TrainingTask:
+        fields = {**(spec or SIM_SPEC), **kw}
+        return do_submit_task(None, TaskSubmission(name=name, **fields))
+
+    def inject(self, task: TrainingTask, kind: str, rank: int | None = 0, **fault: Any) -> AgentCommand:
+        """Inject a fault through the outbox, on the node that holds ``rank`` (any node for node_loss)."""
+        task.refresh_from_db()
+        alloc = Allocation.objects.select_related("device__node").get(task=task, active=True, rank=rank or 0)
+        spec = FaultSpec(kind=kind, rank=None if kind == "node_loss" else rank, **fault)  # type: ignore[arg-type]
+        return do_enqueue_command(
+            alloc.device.node, CommandType.INJECT_FAULT, {"fault": spec.model_dump()}, task.pk, task.epoch
+        )
+
+    # ------------------------------------------------------------------ waiting and reading
+    def wait(self, what: str, predicate: Callable[[], T | None], timeout: float = 60.0) -> T:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.diagnose()}")
+            time.sleep(0.25)
+
+    def wait_nodes_healthy(self, count: int, timeout: float = 60.0) -> None:
+        self.wait(
+            f"{count} healthy nodes with devices",
+            lambda: Node.objects.filter(state="healthy").annotate(n=Count("devices")).filter(n__gt=0).count()
+            >= count,
+            timeout,
+        )
+
+    def wait_running(self, task: TrainingTask, epoch_above: int = 0, timeout: float = 60.0) -> Transition:
+        """The task's transition to an epoch above ``epoch_above`` completed."""
+
+        def done() -> Transition | None:
+            return (
+                Transition.objects.filter(task=task, epoch__gt=epoch_above, state="completed")
+                .order_by("-epoch")
+                .first()
+            )
+
+        return self.wait(f"task {task.pk} running at an epoch > {epoch_above}", done, timeout)
+
+    def diagnose(self) -> str:
+        lines = []
+        for t in TrainingTask.objects.all():
+            lines.append(f"task {t.pk} {t.state} e{t.epoch} it {t.iteration} {t.pending_reason!r}")
+        for tr in Transition.objects.order_by("id"):
+            steps = [(s.name, s.state, sorted((s.detail or {}).get("reported", {}))) for s in tr.steps.all()]
+            lines.append(f"transition {tr.pk} task {tr.task_id} e{tr.epoch} {tr.kind} {tr.state} {tr.error}")
+            lines.append(f"  steps {steps}")
+        for ev in FailureEvent.objects.order_by("id"):
+            lines.append(
+                f"event {ev.pk} {ev.severity} {ev.kind} {ev.detector} task {ev.task_id} e{ev.task_epoch} "
+                f"action {ev.action} handled_by {ev.handled_by_id} resolved {ev.resolved_at is not None}"
+            )
+        for c in AgentCommand.objects.order_by("id"):
+            lines.append(f"command {c.pk} {c.type} {c.node_id} e{c.task_epoch} {c.state} {c.error[:120]}")
+        for p in Plan.objects.order_by("id"):
+            counts = [(d["task"], d["old_workers"], d["new_workers"]) for d in p.decisions]
+            lines.append(f"plan {p.pk} {p.trigger} lookup={p.lookup} {counts}")
+        for n in Node.objects.all():
+            lines.append(f"node {n.name} {n.state} q={n.quarantined}")
+        log = self.run_dir / "celery.log"
+        tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+        return "\n".join(lines) + "\n--- celery.log tail ---\n" + tail
+
+
+def test_database_url() -> str:
+    s = connection.settings_dict
+    host = s.get("HOST") or "127.0.0.1"
+    port = s.get("PORT") or "5432"
+    user = s.get("USER") or "postgres"
+    return f"postgresql://{user}@{host}:{port}/{s['NAME']}"
+
+
+def assert_allocations_consistent() -> None:
+    """No device in two active allocations; every running task's active ranks are dense."""
+    per_device = (
+        Allocation.objects.filter(active=True).values("device_id").annotate(n=Count("id")).filter(n__gt=1)
+    )
+    assert not per_device.exists(), list(per_device)
+    for task in TrainingTask.objects.filter(state__in=["running", "reconfiguring"]):
+        ranks = sorted(Allocation.objects.filter(task=task, active=True).values_list("rank", flat=True))
+        assert ranks == list(range(len(ranks))), (task.pk, ranks)
+        assert all(a.epoch == task.epoch for a in Allocation.objects.filter(task=task, active=True)), (
+            f"task {task.pk}: allocations of an older epoch are active"
+        )
