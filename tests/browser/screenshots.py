@@ -1,11 +1,20 @@
-"""Take the README screenshots from a running dashboard seeded with ``seed_dashboard_demo``.
+"""Take the README screenshots from a running dashboard.
 
-Usage: python tests/browser/screenshots.py http://127.0.0.1:8000 docs/screenshots
-(not a test: pytest does not collect it; the browser tests live in test_*.py)
+Usage::
+
+    python tests/browser/screenshots.py BASE OUT [--state-dir DIR] [--user U --password P]
+
+From a ``make demo`` run, ``--state-dir`` (the demo's ``UNICRON_STATE_DIR``, default ``.run``) reads the
+demo accounts' passwords from ``demo-credentials.json`` (users ``demo-operator`` / ``demo-viewer``);
+from a database seeded with ``seed_dashboard_demo`` the users are ``operator`` / ``viewer`` with the
+password ``unicron-demo`` (the defaults). Read-only: it opens the fault-drill and submit forms but
+submits only a form the API refuses (field errors). Not a test: pytest does not collect it.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -23,7 +32,7 @@ ARGS = [
 ]
 
 
-def login(page: Page, base: str, user: str, password: str = "unicron-demo") -> None:
+def login(page: Page, base: str, user: str, password: str) -> None:
     page.goto(f"{base}/login/")
     page.fill("input[name=username]", user)
     page.fill("input[name=password]", password)
@@ -31,7 +40,28 @@ def login(page: Page, base: str, user: str, password: str = "unicron-demo") -> N
     page.wait_for_url(f"{base}/")
 
 
-def main(base: str, out: Path) -> int:
+def accounts(args: argparse.Namespace) -> tuple[tuple[str, str], tuple[str, str]]:
+    """(operator user, password), (viewer user, password)."""
+    if args.state_dir:
+        creds = json.loads((Path(args.state_dir) / "demo-credentials.json").read_text())
+        return ("demo-operator", creds["operator"]), ("demo-viewer", creds["viewer"])
+    return (args.user, args.password), (args.viewer_user, args.viewer_password)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("base")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--state-dir", help="a make demo state directory (reads its demo accounts)")
+    parser.add_argument("--user", default="operator")
+    parser.add_argument("--password", default="unicron-demo")
+    parser.add_argument("--viewer-user", default="viewer")
+    parser.add_argument("--viewer-password", default="unicron-demo")
+    args = parser.parse_args(argv)
+    base, out = args.base.rstrip("/"), args.out
+    (user, password), (viewer, viewer_password) = accounts(args)
     out.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with sync_playwright() as p:
@@ -42,9 +72,9 @@ def main(base: str, out: Path) -> int:
         page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
         page.goto(f"{base}/login/")
         page.screenshot(path=str(out / "login.png"))
-        login(page, base, "operator")
+        login(page, base, user, password)
         shots = [
-            ("overview", "/", "[data-testid=node-grid] .device"),
+            ("overview", "/", "#figures[data-loaded=true]"),
             ("tasks", "/tasks/", "[data-testid=task-row]"),
             ("history", "/history/", "[data-testid=plan-item]"),
             ("alerts", "/alerts/", "[data-testid=alert-row]"),
@@ -53,39 +83,59 @@ def main(base: str, out: Path) -> int:
         for name, path, ready in shots:
             page.goto(f"{base}{path}")
             page.wait_for_selector(ready)
-            page.wait_for_timeout(600)
-            page.screenshot(path=str(out / f"{name}.png"), full_page=name in {"history"})
+            page.wait_for_timeout(1200)
+            if name == "history":  # the newest plans (the page grows with every reconfiguration)
+                height = min(page.evaluate("document.body.scrollHeight"), 1800)
+                page.screenshot(
+                    path=str(out / f"{name}.png"),
+                    full_page=True,
+                    clip={"x": 0, "y": 0, "width": 1440, "height": height},
+                )
+            else:
+                page.screenshot(path=str(out / f"{name}.png"))
+        # the fault-drill form (opened, not sent) on a node with a running task's ranks
+        (out / "fault-drill.png").unlink(missing_ok=True)
+        for row in page.locator("[data-testid=node-row]").all():
+            row.locator("[data-testid=inject-fault]").click()
+            page.wait_for_selector("[data-testid=fault-dialog]")
+            if page.is_enabled("[data-testid=confirm-inject]"):
+                page.select_option("[data-testid=fault-kind]", "straggler")
+                page.wait_for_timeout(300)
+                page.screenshot(path=str(out / "fault-drill.png"))
+            page.click("[data-testid=fault-dialog] button:has-text('Cancel')")
+            page.wait_for_selector("[data-testid=fault-dialog]", state="detached")
+            if (out / "fault-drill.png").exists():
+                break
+        # submit with errors: the API refuses it, nothing is created
         page.goto(f"{base}/tasks/")
         page.click("[data-testid=show-submit]")
         page.select_option("#preset", "gpt-1.3b")
-        page.fill("input[name=name]", "")
+        page.fill("input[name=name]", "gpt-1.3b-ablation")
         page.fill("input[name=min_workers]", "5")
         page.fill("input[name=max_workers]", "3")
         page.click("[data-testid=submit-task]")
-        page.wait_for_selector("input[name=name][aria-invalid=true]")
-        page.click("[data-testid=submit-task]")
-        page.screenshot(path=str(out / "task-submit-errors.png"))
-        page.fill("input[name=name]", "gpt-1.3b-ablation")
-        page.click("[data-testid=submit-task]")
         page.wait_for_selector("[data-field-error=max_workers]")
         page.screenshot(path=str(out / "task-submit-errors.png"))
-        first = page.locator("[data-testid=task-row] a").first
-        first.click()
+        # the detail of the task with the most reconfigurations shown first in the list
+        page.goto(f"{base}/tasks/")
+        page.wait_for_selector("[data-testid=task-row]")
+        page.locator("[data-testid=task-row] a").first.click()
         page.wait_for_selector("#chart-iter .u-over")
-        page.wait_for_timeout(600)
+        page.wait_for_timeout(1200)
         page.screenshot(path=str(out / "task-detail.png"), full_page=True)
         page.goto(f"{base}/alerts/")
         page.wait_for_selector("[data-testid=alert-row]")
-        page.locator("[data-testid=show-event]").first.click()
-        page.wait_for_selector("[data-testid=stack]")
-        page.wait_for_timeout(500)
-        page.screenshot(path=str(out / "alert-evidence.png"), full_page=True)
+        if page.locator("[data-testid=show-event]").count():
+            page.locator("[data-testid=show-event]").first.click()
+            page.wait_for_timeout(800)
+            page.screenshot(path=str(out / "alert-evidence.png"), full_page=True)
         # the viewer's view: no operator controls
         ctx2 = browser.new_context(viewport={"width": 1440, "height": 900})
         vpage = ctx2.new_page()
-        login(vpage, base, "viewer")
+        login(vpage, base, viewer, viewer_password)
         vpage.goto(f"{base}/alerts/")
         vpage.wait_for_selector("[data-testid=alert-row]")
+        vpage.wait_for_timeout(600)
         vpage.screenshot(path=str(out / "alerts-viewer.png"))
         browser.close()
     for e in errors:
@@ -94,4 +144,4 @@ def main(base: str, out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], Path(sys.argv[2])))
+    sys.exit(main(sys.argv[1:]))

@@ -1,4 +1,5 @@
-"""Submitting a task: field errors shown at the field; the new task appears and is seen to start live."""
+"""Submitting a task: field errors shown at the field; the new task appears, the workload manager
+plans it in, and it is seen to start (state, devices in the grid) without a reload."""
 
 from __future__ import annotations
 
@@ -8,10 +9,8 @@ from tests.browser.conftest import assert_not_reloaded, mark_page, services
 
 
 def test_submit_shows_field_errors_then_task_starts_live(cluster: Any, new_page: Any, live_url: str) -> None:
-    from controlplane.apps.fleet.models import Device
-    from controlplane.apps.training.choices import TaskState
-    from controlplane.apps.training.models import TrainingTask
-    from controlplane.apps.training.services import Placement, do_allocate_devices, do_set_task_state
+    from controlplane.apps.planning.tasks import replan_task
+    from controlplane.apps.training.models import Allocation, TrainingTask
 
     page = new_page("operator")
     page.goto(f"{live_url}/tasks/")
@@ -30,6 +29,7 @@ def test_submit_shows_field_errors_then_task_starts_live(cluster: Any, new_page:
     assert not TrainingTask.objects.filter(name="browser-test-task").exists()
 
     page.fill("input[name=max_workers]", "4")
+    page.fill("input[name=weight]", "50")  # worth more than any running task: the plan must make room
     page.click("[data-testid=submit-task]")
     row = page.wait_for_selector("[data-testid=task-row]:has-text('browser-test-task')")
     assert "pending" in row.text_content()
@@ -37,10 +37,21 @@ def test_submit_shows_field_errors_then_task_starts_live(cluster: Any, new_page:
     assert task.owner is not None
     assert task.owner.get_username() == "operator"
 
-    # the planner (here: the same services it uses) gives it the two free devices and starts it
-    free = Device.objects.filter(allocations__isnull=True).order_by("node__name", "index")[:2]
-    services(do_allocate_devices, task, [Placement(device_id=d.pk, rank=r) for r, d in enumerate(free)])
-    services(do_set_task_state, task, TaskState.RUNNING)
+    # the workload manager (planning.replan, run here as the Celery worker would) plans it in: devices
+    # are allocated, a launch transition starts and the task is running; both pages follow live
+    overview = new_page("operator")
+    overview.wait_for_selector("[data-testid=device-cell]")
+    mark_page(overview)
+    decision = services(replan_task, "task_submitted")
+    task.refresh_from_db()
+    assert task.state == "running", decision
+    workers = Allocation.objects.filter(task=task, active=True).count()
+    assert workers >= 4
     page.wait_for_selector(f"[data-task-row='{task.pk}'] [data-testid=task-state]:has-text('running')")
-    assert page.text_content(f"[data-task-row='{task.pk}'] [data-testid=task-workers]").startswith("2")
+    assert page.text_content(f"[data-task-row='{task.pk}'] [data-testid=task-workers]").startswith(
+        str(workers)
+    )
+    cells = f"[data-testid=device-cell][data-task='{task.pk}']"
+    overview.wait_for_function(f'document.querySelectorAll("{cells}").length === {workers}')
     assert_not_reloaded(page)
+    assert_not_reloaded(overview)

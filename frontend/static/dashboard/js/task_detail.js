@@ -12,7 +12,9 @@ let charts = {};
 let transitions = [];
 
 async function loadSeries(kind) {
-  const s = await api(EP.taskSeries(taskId), { params: { kind, since: new Date(Date.now() - 3 * 3600 * 1000).toISOString(), max_points: 400 } });
+  // the last 3 hours, or since the task was submitted: buckets stay a few seconds wide for a new task
+  const since = Math.max(Date.now() - 3 * 3600 * 1000, task ? parseTime(task.created_at).getTime() : 0);
+  const s = await api(EP.taskSeries(taskId), { params: { kind, since: new Date(since).toISOString(), max_points: 400 } });
   return (s.points || []).map((p) => [parseTime(p.at).getTime() / 1000, p.value]);
 }
 
@@ -126,5 +128,4 @@ const soon = debounce(refreshTask, 150);
 onLive(["task.", "live.reconnected"], (p) => { if (!p.id || p.id === taskId) soon(); });
 onLive(["transition.", "live.reconnected"], debounce(() => refreshTransitions().then(refreshCharts), 200));
 
-refreshTask();
-refreshTransitions().then(refreshCharts);
+Promise.all([refreshTask(), refreshTransitions()]).then(refreshCharts);

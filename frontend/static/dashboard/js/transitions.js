@@ -34,10 +34,11 @@ export function phaseBar(t) {
     el("div", { class: "grid-legend" }, list.map((p, i) => el("span", { "data-phase": p.name }, el("span", { class: "sw", style: { background: PHASE_COLOURS[i % PHASE_COLOURS.length] } }), `${p.name.replace(/_/g, " ")} ${fmtSecs(p.s)}`, p.state !== "done" ? [" ", badge(p.state)] : null))));
 }
 
+const SOURCE_LABELS = { none: "fresh start (no state)" };
+
 function sourceKind(v) {
-  if (typeof v === "string") return v;
-  if (v && typeof v === "object") return v.source || v.kind || "unknown";
-  return "unknown";
+  const k = typeof v === "string" ? v : v && typeof v === "object" ? v.source || v.kind || "unknown" : "unknown";
+  return SOURCE_LABELS[k] || k;
 }
 
 /** "dp peer ×4 (from node-b), local snapshot ×2" */
