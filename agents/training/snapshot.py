@@ -264,9 +264,9 @@ class SnapshotWriter:
         self._free = threading.Event()  # the staging buffers may be overwritten
         self._free.set()
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"snapshot-writer-{rank}", daemon=True)
         self._thread.start()
-        self._completed_iterations: list[int] = []
 
     @classmethod
     def from_env(
@@ -428,7 +428,6 @@ class SnapshotWriter:
                         ).encode(),
                     )
                     self.stats.completed += 1
-                    self._completed_iterations.append(job.iteration)
                 else:
                     self.stats.incomplete += 1
             except Exception as e:  # a failed snapshot must never take training down
@@ -495,8 +494,8 @@ class SnapshotWriter:
         count = store.add(key, 1)
         deadline = time.monotonic() + self.complete_timeout_s
         while count < self.world_size:
-            if not self._jobs.empty() or time.monotonic() > deadline:
-                return False  # superseded or a rank died: this one stays incomplete
+            if not self._jobs.empty() or self._closing.is_set() or time.monotonic() > deadline:
+                return False  # superseded, closing, or a rank died: this one stays incomplete
             time.sleep(0.002)
             count = store.add(key, 0)
         return True
@@ -511,9 +510,14 @@ class SnapshotWriter:
             time.sleep(0.002)
         return False
 
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Finish the last snapshot and stop the thread."""
-        self.wait_idle(timeout_s)
+    def close(self, grace_s: float = 2.0, timeout_s: float = 30.0) -> None:
+        """Finish the last snapshot (its peers have ``grace_s`` to write theirs) and stop the thread.
+
+        Never waits for dead peers longer than the grace: a reconfiguration in place closes the old
+        epoch's writer while some of its ranks may be gone.
+        """
+        self.wait_idle(grace_s)
+        self._closing.set()
         self._jobs.put(None)
         self._thread.join(timeout_s)
 

@@ -48,19 +48,31 @@ def spawn_ranks(cfgs: list[dict[str, Any]], log_dir: Path) -> list[subprocess.Po
     return procs
 
 
-def run_ranks(cfgs: list[dict[str, Any]], log_dir: Path, timeout_s: float = 120.0) -> None:
-    """Run rank processes to completion; raise with the logs' tails when one fails."""
-    procs = spawn_ranks(cfgs, log_dir)
-    try:
-        codes = [p.wait(timeout_s) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    if any(codes):
-        tails = {c["rank"]: (log_dir / f"rank{c['rank']}.log").read_text()[-2000:] for c in cfgs}
-        raise RuntimeError(f"rank processes exited with {codes}: {tails}")
+def run_ranks(cfgs: list[dict[str, Any]], log_dir: Path, timeout_s: float = 120.0, attempts: int = 3) -> None:
+    """Run rank processes to completion; raise with the logs' tails when one fails.
+
+    A rendezvous port picked free can be taken by another process before rank 0 binds it: then the
+    run is repeated on a new port (at most ``attempts`` times).
+    """
+    from tests.agents.helpers import free_port
+
+    for attempt in range(attempts):
+        procs = spawn_ranks(cfgs, log_dir / f"attempt{attempt}")
+        try:
+            codes = [p.wait(timeout_s) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        if not any(codes):
+            return
+        logs = {c["rank"]: (log_dir / f"attempt{attempt}" / f"rank{c['rank']}.log").read_text() for c in cfgs}
+        if any("EADDRINUSE" in text for text in logs.values()) and attempt + 1 < attempts:
+            port = free_port()
+            cfgs = [{**c, "port": port} for c in cfgs]
+            continue
+        raise RuntimeError(f"rank processes exited with {codes}: { {r: t[-2000:] for r, t in logs.items()} }")
 
 
 def write_snapshot_files(
