@@ -30,9 +30,19 @@ from controlplane.core.failures.detectors import heartbeat_expired
 from controlplane.core.protocol import (
     AUTH_HEADER,
     COORDINATOR_NODE,
+    Ack,
     AgentEnvelope,
     CoordinatorEnvelope,
+    FaultSpec,
+    InjectFaultCommand,
+    ParallelConfig,
     ProtocolViolation,
+    RankMapping,
+    ReconfigureCommand,
+    Rendezvous,
+    RetryCommand,
+    StartWorkersCommand,
+    WorkerLaunch,
     WorkerReport,
     decode_agent_frame,
     utcnow,
@@ -237,10 +247,12 @@ async def spawn_agent(
     worker: str = "megatron",
     token: str = "secret",
     hang_floor: float = 4.5,
+    extra_env: dict[str, str] | None = None,
 ) -> asyncio.subprocess.Process:
     """Start a real node agent process (``python -m agents``) against ``url``; its output goes to
     ``run_dir/agent.log``. Used by the agent tests and by ``bench/detection.py``."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env.update(extra_env or {})  # workers inherit the agent's environment
     run_dir.mkdir(parents=True, exist_ok=True)
     log = open(run_dir / "agent.log", "ab")  # noqa: SIM115 - owned by the child
     return await asyncio.create_subprocess_exec(
@@ -266,3 +278,86 @@ async def spawn_agent(
         stdout=log,
         stderr=log,
     )
+
+
+class TaskDriver:
+    """Drive one task through start, faults and transitions against a :class:`TestCoordinator`.
+
+    Used by the transition tests and ``bench/transition_probe.py``; every call sends one real
+    command and waits for its ack.
+    """
+
+    __test__ = False
+
+    def __init__(self, coordinator: TestCoordinator, task_id: str = "t") -> None:
+        self.c = coordinator
+        self.task_id = task_id
+
+    async def start(self, node: str, epoch: int, launch: WorkerLaunch) -> Ack:
+        cmd = StartWorkersCommand(
+            command_id=self.c.new_id(), task_id=self.task_id, epoch=epoch, launch=launch
+        )
+        return await self._command(node, cmd)
+
+    async def inject(self, node: str, epoch: int, fault: FaultSpec) -> Ack:
+        cmd = InjectFaultCommand(command_id=self.c.new_id(), task_id=self.task_id, epoch=epoch, fault=fault)
+        return await self._command(node, cmd)
+
+    async def reconfigure(
+        self,
+        node: str,
+        epoch: int,
+        launch: WorkerLaunch,
+        *,
+        previous_epoch: int | None = None,
+        previous_parallel: ParallelConfig | None = None,
+        survivors: dict[int, int] | None = None,
+        resume_iteration: int | None = None,
+    ) -> Ack:
+        cmd = ReconfigureCommand(
+            command_id=self.c.new_id(),
+            task_id=self.task_id,
+            epoch=epoch,
+            launch=launch,
+            previous_epoch=previous_epoch,
+            previous_parallel=previous_parallel,
+            survivors=[RankMapping(old_rank=o, new_rank=n) for o, n in sorted((survivors or {}).items())],
+            resume_iteration=resume_iteration,
+        )
+        return await self._command(node, cmd)
+
+    async def retry(self, node: str, epoch: int, rendezvous: Rendezvous, iteration: int | None = None) -> Ack:
+        cmd = RetryCommand(
+            command_id=self.c.new_id(),
+            task_id=self.task_id,
+            epoch=epoch,
+            rendezvous=rendezvous,
+            iteration=iteration,
+        )
+        return await self._command(node, cmd)
+
+    async def _command(self, node: str, cmd: Any) -> Ack:
+        ack = await self.c.command(node, cmd, timeout=60)
+        if ack.outcome != "done":
+            raise AssertionError(f"{cmd.type} on {node}: {ack.outcome}: {ack.detail}")
+        return ack
+
+    def events(self, kind: str, epoch: int | None = None) -> list[tuple[float, WorkerReport]]:
+        return [(t, r) for t, r in self.c.reports(kind, self.task_id) if epoch is None or r.epoch == epoch]
+
+    async def wait_events(
+        self, kind: str, n: int, epoch: int | None = None, timeout: float = 90
+    ) -> list[WorkerReport]:
+        await self.c.wait_for(lambda: len(self.events(kind, epoch)) >= n, timeout)
+        return [r for _, r in self.events(kind, epoch)]
+
+    async def wait_iteration(self, iteration: int, epoch: int | None = None, timeout: float = 90) -> None:
+        """Until some rank reported iteration statistics up to ``iteration``."""
+
+        def reached() -> bool:
+            return any(
+                getattr(r.event, "last_iteration", -1) >= iteration
+                for _, r in self.events("iteration_stats", epoch)
+            )
+
+        await self.c.wait_for(reached, timeout)

@@ -4,11 +4,15 @@ The agent pushes a :class:`~controlplane.core.protocol.FaultSpec` (as JSON) down
 the worker arms it and fires it at the requested iteration:
 
 - ``crash``: SIGKILL to itself at the start of the iteration (the agent can also SIGKILL directly);
+  with ``message="after_all_reduce"`` it fires right after that iteration's gradient all-reduce
+  instead (the peers have reduced gradients and finish the step: DESIGN §7, failure after the sync);
 - ``exception``: a ``RuntimeError`` raised in the training code at the start of the iteration;
-- ``hang``: the next ``torch.distributed.all_reduce`` never returns (the rank stops *inside* the
-  collective; its peers block in the real gloo/NCCL collective waiting for it);
-- ``network_error``: the next ``all_reduce`` raises ``RuntimeError(... Connection reset by peer)``,
-  the same error gloo raises when a link drops; the peers then see a real connection reset;
+- ``hang``: the rank stops at the start of the iteration, before its micro-batches (a stuck kernel or
+  data loader); its peers finish theirs and block in the real gloo/NCCL gradient all-reduce waiting
+  for it, which is what lets the agent tell the culprit from its victims;
+- ``network_error``: the next ``all_reduce`` over a group of more than one rank raises
+  ``RuntimeError(... Connection reset by peer)``, the same error gloo raises when a link drops; the
+  peers then see the link close for real;
 - ``straggler``: every micro-batch's compute time is stretched by ``slowdown``.
 ``node_loss`` is handled by the agent (it kills its workers and itself).
 """
@@ -26,6 +30,9 @@ import torch.distributed as dist
 
 from agents.training.hook import NETWORK_ERROR_MESSAGE, TrainingHook
 
+AFTER_ALL_REDUCE = "after_all_reduce"
+"""``FaultSpec.message`` of a crash that fires after the gradient all-reduce."""
+
 
 class InjectedFault(RuntimeError):
     """Raised by an ``exception`` fault: a deliberate error in training code."""
@@ -41,6 +48,7 @@ class WorkerFaults:
         self._collective_fault: str | None = None
         self._message = ""
         self._iteration = -1
+        self._crash_after_sync: int | None = None
         hook.fault_handlers.append(self.arm)
         self._install_shim()
 
@@ -57,15 +65,24 @@ class WorkerFaults:
             self.pending.remove(fault)
             kind = fault["kind"]
             message = str(fault.get("message", "injected fault"))
-            if kind == "crash":
+            if kind == "crash" and message == AFTER_ALL_REDUCE:
+                self._crash_after_sync = it
+            elif kind == "crash":
                 os.kill(os.getpid(), signal.SIGKILL)
             elif kind == "exception":
                 raise InjectedFault(f"{message} (at iteration {it})")
-            elif kind in ("hang", "network_error"):
+            elif kind == "hang":
+                threading.Event().wait()  # stuck, forever
+            elif kind == "network_error":
                 self._collective_fault = kind
                 self._message = message
             elif kind == "straggler":
                 self.slowdown = float(fault.get("slowdown", 1.0))
+
+    def after_all_reduce(self, it: int) -> None:
+        """Call right after the gradient all-reduce of iteration ``it``."""
+        if self._crash_after_sync == it:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def stretch(self, compute_s: float) -> None:
         """Straggler: spend ``(slowdown - 1) x`` the micro-batch's compute time more."""
@@ -82,7 +99,7 @@ class WorkerFaults:
             kind = faults._collective_fault
             if kind == "hang":
                 threading.Event().wait()  # stuck in the collective, forever
-            elif kind == "network_error":
+            elif kind == "network_error" and _crosses_network(args, kwargs):
                 faults._collective_fault = None
                 raise RuntimeError(NETWORK_ERROR_MESSAGE)
             result = original(*args, **kwargs)
@@ -90,3 +107,12 @@ class WorkerFaults:
             return result
 
         dist.all_reduce = all_reduce
+
+
+def _crosses_network(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """A link can only drop in a collective with peers (not a one-rank TP group's all-reduce)."""
+    group = kwargs.get("group", args[2] if len(args) > 2 else None)
+    try:
+        return bool(dist.get_world_size(group) > 1)
+    except (RuntimeError, ValueError):
+        return True

@@ -123,6 +123,21 @@ def _latest_checkpoint(root: Path) -> tuple[int, Path] | None:
     return it, root / f"iter_{it:07d}"
 
 
+def _forget_groups(module: Any) -> None:
+    """Set every module global holding process groups to None.
+
+    ``destroy_model_parallel`` (megatron-core 0.16) leaves a few behind, e.g.
+    ``_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP``, which keeps the data-parallel sockets open.
+    """
+    from torch._C._distributed_c10d import ProcessGroup
+
+    for name, value in list(vars(module).items()):
+        if isinstance(value, ProcessGroup) or (
+            isinstance(value, list | tuple) and value and all(isinstance(v, ProcessGroup) for v in value)
+        ):
+            setattr(module, name, None)
+
+
 class _OrderReceived(Exception):
     """A transition order arrived at an iteration boundary."""
 
@@ -187,6 +202,8 @@ class Trainer:
         self.pending_report: dict[str, Any] | None = None
         self.recompute_s = 0.0
         self.snap: Any = None  # agents.training.snapshot.SnapshotWriter of the current epoch
+        self.kept: dict[str, Any] | None = None
+        """The live state between teardown and the next epoch (tensors only, no groups)."""
 
     # ------------------------------------------------------------------ epochs
     def run(self) -> None:
@@ -220,10 +237,14 @@ class Trainer:
         if self.elastic_wait_s <= 0 or not self._recoverable(exc):
             raise exc
         self.hook.report_exception(exc)  # hook
-        traceback.print_exc(file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
         sys.stderr.flush()
+        traceback.clear_frames(exc.__traceback__)  # the frames hold the failed collective's groups
         self.hook.in_collective = False
-        self.groups_ok = False
+        # Close this rank's communicators now: peers blocked in a collective with it (it is alive,
+        # so its sockets would stay open) fail within milliseconds instead of at the timeout.
+        with contextlib.suppress(Exception):
+            self._teardown()
         order = self.hook.wait_order(self.elastic_wait_s)  # hook
         if order is None:
             raise exc
@@ -242,13 +263,48 @@ class Trainer:
         )
 
     def _teardown(self) -> None:
+        """Keep the live state as plain tensors and drop every object that holds the epoch's groups.
+
+        gloo closes a group's sockets only when the last reference to it goes away (an ``abort()``
+        or ``destroy_process_group`` alone leaves them open: a live peer blocked in a collective
+        with us would wait for the timeout). Megatron's DDP (its buckets), the optimizer and the
+        model's modules (TP/PP groups) all hold groups, so they are dropped here and rebuilt in the
+        next epoch around the same parameter tensors (no copy).
+        """
+        import gc
+
         import torch.distributed as dist
         from megatron.core import parallel_state
 
+        from agents.training.elastic import torch_optimizers
+
+        dropped = self.model is not None
+        if self.model is not None:
+            self.kept = {
+                "layout": self.layout,
+                "params": {n: p.data for n, p in self.model.named_parameters()},
+                "grads": {
+                    n: p.main_grad for n, p in self.model.named_parameters() if hasattr(p, "main_grad")
+                },
+                "optimizer": [o.state_dict() for o in torch_optimizers(self.optimizer)]
+                if self.optimizer is not None
+                else None,
+                "partial_it": self.partial_it,
+                "done": list(self.done),
+            }
+        if self.ddp is not None:
+            # Its backward hooks stay registered on the parameters' grad accumulators: make them
+            # no-ops and cut everything else they could keep alive.
+            self.ddp.__dict__.clear()
+            self.ddp.__dict__["param_to_bucket_group"] = {}
+        self.model = self.ddp = self.optimizer = self.config = None
         parallel_state.destroy_model_parallel()
+        _forget_groups(parallel_state)
         if dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        if dropped:
+            gc.collect()  # module cycles: the groups must go now, not at some later collection
         self.groups_ok = False
 
     def _init_groups(self, assign: WorkerAssignment) -> None:
@@ -321,24 +377,13 @@ class Trainer:
         self.ddp = None
         self.optimizer = None
         self.layout = (par.tp, par.pp)
-        self.partial_it, self.done = None, []
 
     def _wrap(self) -> None:
-        """(Re)build DDP and the optimizer around the model for the current process groups.
-
-        A rebuilt DDP gets fresh gradient buffers and hooks: the old wrapper's hooks are disabled
-        (they would add every gradient a second time) and its buffers' content copied over, and
-        the optimizer state moves to the new optimizer (same parameters, same order).
-        """
+        """Build DDP and the optimizer around the model for the current process groups."""
         import torch
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-        old_ddp, old_opt = self.ddp, self.optimizer
-        grads: dict[Any, Any] = {}
-        if old_ddp is not None:
-            grads = {p: p.main_grad for p in self.model.parameters() if hasattr(p, "main_grad")}
-            old_ddp.param_to_bucket_group = {}
         self.ddp = DistributedDataParallel(
             config=self.config,
             ddp_config=DistributedDataParallelConfig(
@@ -349,15 +394,32 @@ class Trainer:
         self.optimizer = get_megatron_optimizer(
             OptimizerConfig(optimizer="adam", lr=1e-3, clip_grad=1.0, params_dtype=torch.float32), [self.ddp]
         )
-        if old_ddp is not None:
-            with torch.no_grad():
-                for p, g in grads.items():
-                    p.main_grad.copy_(g)
-        if old_opt is not None:
-            from agents.training.elastic import torch_optimizers
 
-            for new, old in zip(torch_optimizers(self.optimizer), torch_optimizers(old_opt), strict=True):
-                new.load_state_dict(old.state_dict())
+    def _adopt_kept(self) -> bool:
+        """Put the state kept at teardown into the freshly built model, DDP and optimizer.
+
+        Only for the same layout (same shards): parameters are re-attached (their tensors, no
+        copy), the gradient buffer gets the kept sums, the optimizer its state. Returns whether it did.
+        """
+        import torch
+
+        from agents.training.elastic import torch_optimizers
+
+        kept, self.kept = self.kept, None
+        if kept is None or kept["layout"] != self.layout:
+            self.partial_it, self.done = None, []
+            return False
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                p.data = kept["params"][n]
+            for n, p in self.model.named_parameters():
+                if n in kept["grads"] and hasattr(p, "main_grad"):
+                    p.main_grad.copy_(kept["grads"][n])
+        if kept["optimizer"] is not None:
+            for opt, sd in zip(torch_optimizers(self.optimizer), kept["optimizer"], strict=True):
+                opt.load_state_dict(sd)
+        self.partial_it, self.done = kept["partial_it"], kept["done"]
+        return True
 
     def _sharded_state(self) -> dict[str, Any]:
         model_sd = self.model.sharded_state_dict()
@@ -392,11 +454,10 @@ class Trainer:
         self._init_groups(assign)
         t2 = time.perf_counter()
         par = assign.launch.parallel
-        kept_layout = self.model is not None and self.layout == (par.tp, par.pp)
         live_iteration = self.next_it if survivor else None
-        if not kept_layout:
-            self._build_model(assign)
+        self._build_model(assign)
         self._wrap()
+        kept_layout = self._adopt_kept()
         self._open_snapshots(assign)
         tspec = assign.transition
         spec = assign.launch.model
@@ -434,6 +495,11 @@ class Trainer:
         dist.all_gather_object(gathered, me)
         states: list[RankState] = list(gathered)
         plan = plan_resume(states, num_micro_batches=num_mbs, dp=dp, pp=par.pp)
+        print(
+            f"[transition] epoch {assign.epoch} rank {assign.rank}: {me} -> {plan}",
+            file=sys.stderr,
+            flush=True,
+        )
         moved, source, source_node, source_rank, rolled_back = 0, "local_device", None, None, 0
         if plan.mode == "live":
             src = plan.sources[shard]
@@ -679,6 +745,7 @@ class Trainer:
                     raise
                 # Reduced: from here on a failure loses this iteration's partial results.
                 self.partial_it, self.done = None, []
+                faults.after_all_reduce(it)  # hook (fault injection)
                 self.ddp.scale_gradients(1.0 / tokens_global)
                 self.optimizer.step()
                 self.next_it = it + 1
