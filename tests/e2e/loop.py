@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from controlplane.apps.fleet.choices import CommandType
 from controlplane.apps.fleet.models import AgentCommand, Node
@@ -258,3 +258,58 @@ def assert_allocations_consistent() -> None:
         assert all(a.epoch == task.epoch for a in Allocation.objects.filter(task=task, active=True)), (
             f"task {task.pk}: allocations of an older epoch are active"
         )
+
+
+@dataclass
+class Recovery:
+    event: FailureEvent
+    transition: Transition
+    task: TrainingTask
+    epoch_before: int
+    iteration_before: int
+
+
+def fault_and_recover(
+    loop: Loop,
+    kind: str,
+    detector: str,
+    rank: int = 1,
+    nodes: int = 2,
+    devices: int = 2,
+    timeout: float = 90.0,
+    **fault: Any,
+) -> Recovery:
+    """Start a 4-worker sim task, inject ``kind`` on ``rank``, wait for the failure event of
+    ``detector`` and a completed transition to a newer epoch; check the invariants every failure class
+    shares (rows present, event resolved, progress past the failure at the new epoch, allocations)."""
+    for _ in range(nodes):
+        loop.add_node(devices)
+    loop.wait_nodes_healthy(nodes)
+    task = loop.submit(kind, min_workers=1, max_workers=nodes * devices, total_iterations=100000)
+    loop.wait_running(task)
+    loop.wait("progress", lambda: (task.refresh_from_db(), task.iteration > 5)[1])
+    task.refresh_from_db()
+    epoch, before = task.epoch, task.iteration
+    loop.inject(task, kind, rank=rank, **fault)
+    event = loop.wait(
+        f"a {detector} event",
+        lambda: FailureEvent.objects.filter(Q(task_epoch=epoch) | Q(task__isnull=True), detector=detector)
+        .order_by("id")
+        .first(),
+        timeout=timeout,
+    )
+    t = loop.wait_running(task, epoch_above=epoch, timeout=timeout)
+    task.refresh_from_db()
+    loop.wait(
+        "progress past the failure at the new epoch",
+        lambda: (task.refresh_from_db(), task.epoch == t.epoch and task.iteration > before + 2)[1],
+        timeout=timeout,
+    )
+    event.refresh_from_db()
+    assert event.handled_at is not None
+    assert event.resolved_at is not None, loop.diagnose()
+    assert t.steps.exists()
+    assert all(s.state in ("done", "skipped") for s in t.steps.all())
+    assert Plan.objects.filter(pk=t.plan_id).exists()
+    assert_allocations_consistent()
+    return Recovery(event, t, task, epoch, before)
