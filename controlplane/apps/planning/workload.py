@@ -268,6 +268,7 @@ def _carry_out(
     hit = hit or any(not h.usable for h in held)
     if new_workers == 0:
         if held or task.state in (TaskState.RUNNING, TaskState.RECONFIGURING):
+            free[:] = sorted(set(free) | set(current))  # its devices go to the tasks that grow
             return suspend(plan, task, held, view, failure_event)
         do_set_task_plan_fields(task, pending_reason=_pending_reason(task, view, len(free)))
         return None
