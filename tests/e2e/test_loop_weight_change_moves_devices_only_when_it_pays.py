@@ -1,4 +1,5 @@
-"""Two tasks share four devices, 2 + 2 (a is capped at 2). A weight change re-plans; devices move only when the gain over D_running exceeds the transition
+"""Two tasks share four devices, 2 + 2 (a is capped at 2). A weight change re-plans; devices move only
+when the gain over D_running exceeds the transition
 cost. The weight for the "does not pay" case is found with the planner itself: the smallest weight
 for which a free (zero-cost) transition would move devices."""
 
