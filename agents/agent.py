@@ -19,6 +19,7 @@ from agents.client import CoordinatorClient, Outbox
 from agents.commands import CommandRegistry
 from agents.inventory import discover_devices
 from agents.monitor import MonitorConfig
+from agents.snapshots import SnapshotStore
 from agents.supervisor import Supervisor
 from agents.training.elastic import TransitionSpec
 from controlplane.core.protocol import (
@@ -61,8 +62,12 @@ class AgentConfig:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig) -> None:
+    def __init__(self, cfg: AgentConfig, snapshots: SnapshotStore | None = None) -> None:
+        """``snapshots``: the node's in-memory snapshot store (:mod:`agents.snapshots`), started by the
+        caller; listed in Hello/Heartbeat, and a peer's copy is fetched before a transition that
+        takes its state from it."""
         self.cfg = cfg
+        self.snapshots = snapshots
         self.session = uuid.uuid4().hex
         self.started = time.monotonic()
         self.outbox = Outbox()
@@ -109,6 +114,8 @@ class Agent:
             devices=discover_devices(self.cfg.devices, probe_cuda=self.cfg.worker_kind == "megatron"),
             workers=self.supervisor.statuses(),
             task_epochs=dict(self.commands.epochs),
+            snapshot_endpoint=self.snapshots.endpoint if self.snapshots is not None else None,
+            snapshots=self.snapshots.infos() if self.snapshots is not None else [],
         )
 
     def _heartbeat(self) -> Heartbeat:
@@ -116,6 +123,7 @@ class Agent:
             uptime_s=time.monotonic() - self.started,
             workers=self.supervisor.statuses(),
             pending_reports=len(self.outbox),
+            snapshots=self.snapshots.infos() if self.snapshots is not None else [],
         )
 
     async def _on_message(self, env: CoordinatorEnvelope) -> None:
@@ -168,10 +176,28 @@ class Agent:
         group = self.supervisor.groups.get(cmd.task_id)
         if group is not None and cmd.previous_epoch is not None and group.spec.epoch != cmd.previous_epoch:
             survivors = {}  # our workers are not of the epoch the coordinator moves from
+        await self._fetch_snapshots(cmd)
         kept, fresh = await self.supervisor.reconfigure_group(
             self._spec(cmd.task_id, cmd.epoch, cmd.launch), survivors, tspec
         )
         return f"reconfigured {cmd.task_id} epoch {cmd.epoch}: in place {kept}, fresh {fresh}"
+
+    async def _fetch_snapshots(self, cmd: ReconfigureCommand) -> None:
+        """A ``memory_snapshot`` source held by a peer agent: copy it into this node's shm first."""
+        if self.snapshots is None:
+            return
+        local = {ra.rank for ra in cmd.launch.ranks}
+        wanted: set[tuple[str, int]] = {
+            (str(s.endpoint), int(s.iteration or 0))
+            for s in cmd.launch.state_sources
+            if s.rank in local
+            and s.kind == "memory_snapshot"
+            and s.endpoint
+            and s.iteration is not None
+            and s.source_node != self.cfg.node
+        }
+        for endpoint, iteration in sorted(wanted):
+            await self.snapshots.fetch(endpoint, cmd.task_id, iteration)
 
     async def _retry(self, cmd: RetryCommand) -> str:
         """Retry in place (sev3): live ranks rebuild their groups at the new rendezvous and repeat

@@ -42,6 +42,7 @@ from controlplane.core.protocol import (
     Rendezvous,
     RetryCommand,
     StartWorkersCommand,
+    StopWorkersCommand,
     WorkerLaunch,
     WorkerReport,
     decode_agent_frame,
@@ -336,6 +337,12 @@ class TaskDriver:
         )
         return await self._command(node, cmd)
 
+    async def stop(self, node: str, epoch: int, grace_s: float = 5.0) -> Ack:
+        cmd = StopWorkersCommand(
+            command_id=self.c.new_id(), task_id=self.task_id, epoch=epoch, grace_s=grace_s
+        )
+        return await self._command(node, cmd)
+
     async def _command(self, node: str, cmd: Any) -> Ack:
         ack = await self.c.command(node, cmd, timeout=60)
         if ack.outcome != "done":
@@ -361,3 +368,33 @@ class TaskDriver:
             )
 
         await self.c.wait_for(reached, timeout)
+
+
+def load_state(dump: Path, iteration: int | str, rank: int, epoch: int | None = None) -> Any:
+    """A worker's state dump (``UNICRON_STATE_DUMP``): after ``iteration`` (newest epoch that ran it),
+    or ``iteration="migrated"`` with ``epoch``: right after that epoch's state migration."""
+    import torch
+
+    if iteration == "migrated":
+        return torch.load(dump / f"e{epoch}-migrated-r{rank}.pt")
+    assert isinstance(iteration, int)
+    found = sorted(dump.glob(f"e*-it{iteration:05d}-r{rank}.pt"), key=lambda p: int(p.name.split("-")[0][1:]))
+    if epoch is not None:
+        found = [p for p in found if p.name.startswith(f"e{epoch}-")]
+    if not found:
+        raise FileNotFoundError(f"no state of rank {rank} after iteration {iteration} in {dump}")
+    return torch.load(found[-1])
+
+
+def same_state(a: Any, b: Any) -> bool:
+    """Bitwise equal parameters and optimizer tensors (two :func:`load_state` results)."""
+    import torch
+
+    if a["params"].keys() != b["params"].keys():
+        return False
+    if not all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"]):
+        return False
+    return len(a["optimizer"]) == len(b["optimizer"]) and all(
+        len(x) == len(y) and all(torch.equal(s, t) for s, t in zip(x, y, strict=True))
+        for x, y in zip(a["optimizer"], b["optimizer"], strict=True)
+    )

@@ -274,13 +274,27 @@ def _collect_specs(obj: Any, out: list[tuple[list[int], str]]) -> None:
 
 
 def state_digest(model: Any, optimizer: Any) -> dict[str, Any]:
-    """Parameters and optimizer tensors (copies), for tests and drills that compare states."""
+    """Parameters and optimizer state (copies), for tests and drills that compare states.
+
+    The optimizer part is canonical: per parameter in parameter-group order, its state entries in key
+    order, scalars (Adam's ``step``, an int or a tensor depending on how it was loaded) as float64.
+    """
+    import torch
+
     out: dict[str, Any] = {
         "params": {n: p.detach().clone() for n, p in model.named_parameters()},
         "optimizer": [],
     }
     for opt in torch_optimizers(optimizer):
-        tensors: list[Any] = []
-        _skeleton(opt.state_dict(), tensors)
-        out["optimizer"].append([t.detach().clone() for t in tensors])
+        entries = []
+        for group in opt.param_groups:
+            for p in group["params"]:
+                st = opt.state.get(p, {})
+                for k in sorted(st):
+                    v = st[k]
+                    if isinstance(v, torch.Tensor) and v.dim() > 0:
+                        entries.append(v.detach().clone())
+                    else:
+                        entries.append(torch.tensor(float(v), dtype=torch.float64))
+        out["optimizer"].append(entries)
     return out

@@ -10,7 +10,9 @@ Launched by the agent as ``python -m agents.training.worker`` with the environme
 - ``UNICRON_TIMING_FILE`` (optional): append one JSON line per iteration with its duration
   (benchmarks compare runs with and without the hook from these);
 - ``UNICRON_STATE_DUMP`` (optional): a directory; after every completed iteration the rank writes its
-  parameters and optimizer tensors there (``it{iteration}-r{rank}.pt``) so tests can compare runs.
+  parameters and optimizer tensors there (``e{epoch}-it{iteration}-r{rank}.pt``), and after a
+  transition's state migration ``e{epoch}-migrated-r{rank}.pt``, so tests can compare states;
+  ``UNICRON_STATE_DUMP_FIRST=n`` limits the iteration dumps to the first n iterations of each epoch.
 
 TP/PP/DP come from the assignment. On a machine without CUDA the worker loads the CPU compatibility
 layer and uses gloo; with CUDA it uses NCCL and loads nothing extra. The training loop is an ordinary
@@ -80,6 +82,7 @@ ENV_WORKER = "UNICRON_WORKER"
 ENV_TIMING_FILE = "UNICRON_TIMING_FILE"
 ENV_ELASTIC_WAIT = "UNICRON_ELASTIC_WAIT_S"
 ENV_STATE_DUMP = "UNICRON_STATE_DUMP"
+ENV_STATE_DUMP_FIRST = "UNICRON_STATE_DUMP_FIRST"
 
 NETWORK_MARKERS = (
     "Connection reset",
@@ -187,6 +190,7 @@ class Trainer:
         self.timing = open(timing_path, "a") if timing_path else None  # noqa: SIM115
         dump = os.environ.get(ENV_STATE_DUMP)
         self.dump_dir = Path(dump) if dump else None
+        self.dump_first = int(os.environ.get(ENV_STATE_DUMP_FIRST, "0") or 0)
         self.model: Any = None
         self.ddp: Any = None
         self.optimizer: Any = None
@@ -527,6 +531,13 @@ class Trainer:
             self._zero_grads()
             rolled_back = max((plan.live_iteration or self.next_it) - self.next_it, 0)
         t3 = time.perf_counter()
+        if self.dump_dir is not None:
+            import torch
+
+            torch.save(
+                state_digest(self.model, self.optimizer),
+                self.dump_dir / f"e{assign.epoch}-migrated-r{assign.rank}.pt",
+            )
         self.epoch_start = self.next_it
         old_own: tuple[int, ...] = ()
         if survivor:
@@ -754,9 +765,10 @@ class Trainer:
                 loss = sum(losses) / len(losses) if losses else None
                 hook.set_progress(tokens=tokens_share, model_flops=flops_share, loss=loss)  # hook
                 t_end = time.perf_counter()
-            if self.dump_dir is not None:
+            if self.dump_dir is not None and (not self.dump_first or it < self.epoch_start + self.dump_first):
                 torch.save(
-                    state_digest(self.model, self.optimizer), self.dump_dir / f"it{it:05d}-r{assign.rank}.pt"
+                    state_digest(self.model, self.optimizer),
+                    self.dump_dir / f"e{assign.epoch}-it{it:05d}-r{assign.rank}.pt",
                 )
             if first and self.pending_report is not None:
                 self._send_report(it, t_end - t_start)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.testing import TaskDriver, TestCoordinator, spawn_agent
+from agents.testing import TaskDriver, TestCoordinator, load_state, spawn_agent
 from agents.training.faults import AFTER_ALL_REDUCE
 from agents.training.worker import ENV_STATE_DUMP
 from controlplane.core.protocol import FaultSpec, ParallelConfig, TransitionReport
@@ -34,7 +34,7 @@ ITERATIONS = 6
 
 
 def _params(dump: Path, it: int, rank: int = 0) -> dict[str, torch.Tensor]:
-    return torch.load(dump / f"it{it:05d}-r{rank}.pt")["params"]  # type: ignore[no-any-return]
+    return load_state(dump, it, rank)["params"]  # type: ignore[no-any-return]
 
 
 def _max_rel_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.testing import TaskDriver, TestCoordinator, spawn_agent
+from agents.testing import TaskDriver, TestCoordinator, load_state, spawn_agent
 from agents.training.worker import ENV_STATE_DUMP
 from controlplane.core.protocol import FaultSpec, Rendezvous, TransitionReport
 from tests.agents.helpers import free_port, launch
@@ -78,8 +78,8 @@ async def test_retry_keeps_processes_and_finished_micro_batches(
         await agent.wait()
     for it in range(ITERATIONS):
         for rank in (0, 1):
-            mine = torch.load(dump / f"it{it:05d}-r{rank}.pt")
-            ref = torch.load(free / f"it{it:05d}-r{rank}.pt")
+            mine = load_state(dump, it, rank)
+            ref = load_state(free, it, rank)
             assert all(torch.equal(mine["params"][k], ref["params"][k]) for k in ref["params"]), (it, rank)
             assert all(
                 torch.equal(a, b) for a, b in zip(mine["optimizer"][0], ref["optimizer"][0], strict=True)
