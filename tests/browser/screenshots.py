@@ -125,10 +125,18 @@ def main(argv: list[str]) -> int:
         page.screenshot(path=str(out / "task-detail.png"), full_page=True)
         page.goto(f"{base}/alerts/")
         page.wait_for_selector("[data-testid=alert-row]")
-        if page.locator("[data-testid=show-event]").count():
-            page.locator("[data-testid=show-event]").first.click()
-            page.wait_for_timeout(800)
-            page.screenshot(path=str(out / "alert-evidence.png"), full_page=True)
+        # a failure event's evidence and captured stack (a hang's or a straggler's, when there is one)
+        rows = page.locator("[data-testid=alert-row]")
+        row = rows.first
+        for text in ("hang", "slower than its peers"):
+            if rows.filter(has_text=text).count():
+                row = rows.filter(has_text=text).first
+                break
+        if row.locator("[data-testid=show-event]").count():
+            row.locator("[data-testid=show-event]").click()
+            page.wait_for_selector("[data-testid=evidence]")
+            page.wait_for_timeout(1000)  # the panel scrolls into view
+            page.screenshot(path=str(out / "alert-evidence.png"))
         # the viewer's view: no operator controls
         ctx2 = browser.new_context(viewport={"width": 1440, "height": 900})
         vpage = ctx2.new_page()

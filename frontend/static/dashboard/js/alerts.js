@@ -80,11 +80,16 @@ async function resolve(a) {
   } catch (e) { toast(e.message, { kind: "error" }); }
 }
 
-function stackOf(evidence) {
-  if (!evidence || typeof evidence !== "object") return null;
+function stackOf(evidence, depth = 0) {
+  // top level (seeded / coordinator evidence) or inside the agent's report (report.event.stack)
+  if (!evidence || typeof evidence !== "object" || depth > 3) return null;
   for (const k of ["stack", "py_stack", "traceback", "stacks", "stack_dump", "py_spy"]) {
     const v = evidence[k];
     if (v) return typeof v === "string" ? v : JSON.stringify(v, null, 2);
+  }
+  for (const k of ["report", "event", "exception"]) {
+    const found = stackOf(evidence[k], depth + 1);
+    if (found) return found;
   }
   return null;
 }

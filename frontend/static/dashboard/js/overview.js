@@ -180,10 +180,11 @@ async function refreshGrid() {
   try {
     cluster = await loadCluster();
     renderGrid($("#node-grid"), $("#grid-legend"), cluster);
-    const running = cluster.tasks.filter((t) => t.state === "running" || t.state === "reconfiguring");
-    $("#fig-tasks").textContent = String(running.length);
+    const count = (st) => cluster.tasks.filter((t) => t.state === st).length;
+    $("#fig-tasks").textContent = String(count("running"));
     const busy = cluster.allocByDevice.size, total = cluster.devices.length;
-    $("#fig-devices").textContent = `${busy} / ${total} devices allocated`;
+    const others = [["reconfiguring", count("reconfiguring")], ["pending", count("pending")]].filter(([, n]) => n).map(([k, n]) => `${n} ${k}`);
+    $("#fig-devices").textContent = [...others, `${busy} / ${total} devices allocated`].join(" · ");
   } catch (e) {
     clear($("#node-grid"), errorBox(e));
   }
