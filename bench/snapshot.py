@@ -250,6 +250,16 @@ def main() -> None:
         "host buffers on the training thread, then `torch.save` of the buffers to /dev/shm from a background "
         "thread; COMPLETE once every rank's shard is written (agents/training/snapshot.py).",
     ]
+    out += [
+        "",
+        "Reading the tables: the *amortised* column is the training thread's own cost per iteration. "
+        "The *measured* overhead compares whole runs and on a shared 2-core machine is dominated by other "
+        "jobs (it is even negative); at K = 1 it also includes the background writer competing with "
+        "training for the same cores, which a GPU node (idle host cores, pinned buffers) does not have. "
+        "The first snapshot of a run allocates its host buffers (the *max* column). A snapshot still being "
+        "written when the next is due is skipped, never waited for (*skipped*); one superseded before all "
+        "ranks finished stays incomplete (*staged* - *completed*).",
+    ]
     path = REPO / "bench" / "results" / "snapshot.md"
     for name in args.models.split(","):
         bench_model(name, MODELS[name], args.iterations, args.skip, args.rounds, out)
