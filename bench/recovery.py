@@ -1,0 +1,900 @@
+"""Goodput and accumulated WAF under a fault every minute, whole system vs torchrun (issue #6, DESIGN §11).
+
+    .venv/bin/python bench/recovery.py                 # 10 minutes per system (about 25 minutes in all)
+    .venv/bin/python bench/recovery.py --minutes 3     # quick run
+
+**Ours** is the whole system: PostgreSQL + Redis (``DATABASE_URL`` / ``REDIS_URL``), daphne (agent
+links), a Celery worker with embedded beat (failure handling, replan, transitions, watchdogs, the WAF
+sampler), ``--agents`` node agents x ``--devices`` CPU devices running real Megatron-Core workers, and
+``--tasks`` GPT tasks (the demo's tasks: weights 3, 2, 1) submitted through the training service. The
+database is dropped and re-created at the start. After a failure-free calibration window, a fault is
+injected every ``--fault-every`` seconds through the outbox (the path of the fault-drill endpoint),
+cycling crash, exception, network_error, hang, straggler, node_loss on the highest rank of the task
+with the most workers (as ``make demo`` does); node loss kills the agent with all its workers and the
+agent is restarted ``--repair-after`` seconds later (the node returns and the planner grows tasks back).
+
+**Baseline**, same run, after ours: the same tasks, each at the size and rank-to-node placement ours
+had in its calibration window, under real ``torchrun`` (``python -m torch.distributed.run``,
+``--max-restarts``, monitor interval 0.1 s) launching the same worker code without elastic mode
+(``bench/baselines``), gloo collective timeout ``--baseline-timeout`` s, ``dist_checkpointing`` every
+``--checkpoint-every`` iterations; the same fault kinds at the same offsets on the same task/rank:
+
+- crash: SIGKILL of the rank -> torchrun restarts every rank, they load the last checkpoint;
+- exception / network_error: raised in the worker (same drill code) -> it exits -> restart;
+- hang: the rank blocks; found only when its peers' collective times out -> restart;
+- straggler: nothing notices; the rank stays slow until the next restart of its job;
+- node_loss: every job with a rank on that node loses it; a static torchrun job waits in rendezvous
+  for the node (there is no spare node: all devices are in use), so the job is stopped and relaunched
+  from its checkpoint when the node is repaired (``--repair-after``), as TorchElastic would do.
+  (Relaunching smaller at once would need the job to be elastic in its data-parallel size, which
+  Megatron + torchrun do not do without a restart from the checkpoint anyway.)
+
+**Figures.** For each system and task, the failure-free iteration time ``T_ff`` is measured in that
+system's own calibration window (``--calibrate`` s, no faults, same run); the window of ``--minutes``
+then starts. Useful iterations = the task's position (last completed iteration) at the end of the
+window minus at its start (recomputed iterations do not count twice; a rollback counts against).
+Goodput(task) = useful iterations x T_ff / window; the cluster goodput is the mean over tasks weighted
+by the task's devices. Accumulated WAF = Σ over the window of Σ_t w(t) x achieved FLOP/s(t): for ours
+from the task's ``achieved_flops`` MetricSamples (each sample held until the next, at most 2 s), for
+the baseline from its iteration log (model FLOPs of every completed iteration at its completion);
+both also as *useful* WAF (w x model FLOPs x useful iterations) which does not credit recomputation.
+Per failure class (ours): detection latency (FailureEvent ``detected_at - occurred_at``, and from the
+drill's injection), and per transition of that failure its time (detected -> transition finished)
+and phases (Transition ``phases_s``), lost micro-batches, sources.
+
+Writes ``bench/results/recovery.md`` and ``bench/results/recovery.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.baselines.torchrun_job import EventSink, TorchrunJob  # noqa: E402
+
+DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/benchdb"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/7"
+FAULT_CYCLE = ("crash", "exception", "network_error", "hang", "straggler", "node_loss")
+TASKS: tuple[dict[str, Any], ...] = (
+    {"name": "gpt-alpha", "weight": 3.0, "min_workers": 2, "max_workers": 4},
+    {"name": "gpt-beta", "weight": 2.0, "min_workers": 2, "max_workers": 4},
+    {"name": "gpt-gamma", "weight": 1.0, "min_workers": 1, "max_workers": 2},
+)
+TINY_GPT: dict[str, Any] = {
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "seq_length": 32,
+    "vocab_size": 128,
+    "global_batch_size": 16,
+    "micro_batch_size": 2,
+}
+STRAGGLER_SLOWDOWN = 3.0  # the fault-drill endpoint's default
+GOODPUT_TARGET = 0.90
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def say(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+def flops_per_iteration() -> float:
+    from agents.training.worker import model_flops_per_iteration
+
+    g = TINY_GPT
+    return model_flops_per_iteration(
+        g["num_layers"], g["hidden_size"], g["seq_length"], g["vocab_size"], g["global_batch_size"]
+    )
+
+
+@dataclass
+class Fault:
+    index: int
+    kind: str
+    offset_s: float
+    """Seconds after the window's start."""
+    task: str = ""
+    rank: int | None = None
+    node: str = ""
+    at: float = 0.0
+    note: str = ""
+
+
+@dataclass
+class TaskLayout:
+    name: str
+    weight: float
+    tp: int
+    pp: int
+    dp: int
+    nodes: list[str]
+    """Node of each rank (index = rank)."""
+
+
+@dataclass
+class SystemResult:
+    system: str
+    window_s: float
+    t_ff: dict[str, float] = field(default_factory=dict)
+    useful: dict[str, int] = field(default_factory=dict)
+    devices: dict[str, int] = field(default_factory=dict)
+    goodput: dict[str, float] = field(default_factory=dict)
+    cluster_goodput: float = 0.0
+    waf_accumulated: float = 0.0
+    """Σ w x achieved FLOP/s x dt over the window (FLOP, weighted)."""
+    waf_useful: float = 0.0
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    per_class: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def finish(res: SystemResult, weights: dict[str, float]) -> None:
+    for name in res.t_ff:
+        res.goodput[name] = res.useful.get(name, 0) * res.t_ff[name] / res.window_s
+    total = sum(res.devices.get(n, 0) for n in res.goodput) or 1
+    res.cluster_goodput = sum(res.goodput[n] * res.devices.get(n, 0) for n in res.goodput) / total
+    f = flops_per_iteration()
+    res.waf_useful = sum(weights[n] * f * res.useful.get(n, 0) for n in res.goodput)
+
+
+# ============================================================================================ ours
+class WholeSystem:
+    """daphne + Celery worker/beat + agents, on a fresh database (the approach of tests/e2e/loop.py)."""
+
+    def __init__(self, args: argparse.Namespace, run_dir: Path) -> None:
+        self.args = args
+        self.run_dir = run_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.tokens: dict[str, str] = {}
+        self.port = free_port()
+        self.env = dict(
+            os.environ,
+            PYTHONPATH=str(REPO),
+            OMP_NUM_THREADS="1",
+            PYTHONWARNINGS="ignore",
+            UNICRON_CHECKPOINT_ROOT=str(run_dir / "checkpoints"),
+            UNICRON_CHECKPOINT_INTERVAL=str(args.checkpoint_every),
+            DJANGO_SETTINGS_MODULE="controlplane.config.settings",
+        )
+        os.environ.update(
+            {k: self.env[k] for k in ("UNICRON_CHECKPOINT_ROOT", "UNICRON_CHECKPOINT_INTERVAL")}
+        )
+
+    @staticmethod
+    def recreate_database(url: str, redis_url: str) -> None:
+        u = urlparse(url)
+        name = u.path.lstrip("/")
+        base = ["-h", u.hostname or "127.0.0.1", "-p", str(u.port or 5432), "-U", u.username or "postgres"]
+        subprocess.run(["dropdb", "--if-exists", "--force", *base, name], check=True)
+        subprocess.run(["createdb", *base, name], check=True)
+        import redis
+
+        redis.Redis.from_url(redis_url).flushdb()
+
+    def spawn(self, name: str, cmd: list[str]) -> None:
+        log = open(self.run_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        self.procs[name] = subprocess.Popen(
+            cmd, cwd=str(REPO), env=self.env, stdout=log, stderr=log, start_new_session=True
+        )
+
+    def start_services(self) -> None:
+        py = sys.executable
+        self.spawn(
+            "web",
+            [
+                py,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "controlplane.config.asgi:application",
+            ],
+        )
+        self.spawn(
+            "worker",
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "controlplane.config.celery",
+                "worker",
+                "-B",
+                "-S",
+                "django_celery_beat.schedulers:DatabaseScheduler",
+                "--concurrency=1",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "INFO",
+            ],
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("daphne did not answer /healthz within 60 s")
+            time.sleep(0.3)
+
+    def add_node(self, name: str) -> None:
+        from controlplane.apps.fleet.services import do_register_node
+
+        _, self.tokens[name] = do_register_node(None, name, address="127.0.0.1")
+        self.start_agent(name)
+
+    def start_agent(self, name: str) -> None:
+        run = self.run_dir / name
+        run.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "agents",
+            "--coordinator",
+            f"ws://127.0.0.1:{self.port}/ws/agent/",
+            "--token",
+            self.tokens[name],
+            "--devices",
+            str(self.args.devices),
+            "--worker",
+            "megatron",
+            "--node",
+            name,
+            "--run-dir",
+            str(run),
+        ]
+        if not self.args.snapshots:
+            cmd.append("--no-snapshots")
+        self.spawn(name, cmd)
+
+    def agent_exited(self, name: str) -> bool:
+        proc = self.procs.get(name)
+        return proc is not None and proc.poll() is not None
+
+    def close(self) -> None:
+        for name in [n for n in self.procs if n not in ("web", "worker")] + ["worker", "web"]:
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(10)
+
+
+def wait(what: str, predicate: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def task_positions() -> dict[str, int]:
+    """Each task's current position: the iteration of rank 0's latest iteration-time sample (it moves
+    back after a rollback, unlike ``TrainingTask.iteration``)."""
+    from controlplane.apps.metrics.models import MetricSample
+    from controlplane.apps.training.models import TrainingTask
+
+    out = {}
+    for t in TrainingTask.objects.all():
+        s = MetricSample.objects.filter(task=t, kind="iteration_time").order_by("-at", "-id").first()
+        out[t.name] = int(s.iteration) if s is not None and s.iteration is not None else -1
+    return out
+
+
+def current_layouts() -> dict[str, TaskLayout]:
+    from controlplane.apps.training.models import Allocation, TrainingTask
+
+    out = {}
+    for t in TrainingTask.objects.filter(state="running"):
+        allocs = list(
+            Allocation.objects.filter(task=t, active=True).select_related("device__node").order_by("rank")
+        )
+        cfg = t.parallel_config or {}
+        out[t.name] = TaskLayout(
+            t.name,
+            float(t.weight),
+            int(cfg.get("tp", 1)),
+            int(cfg.get("pp", 1)),
+            int(cfg.get("dp", len(allocs))),
+            [a.device.node.name for a in allocs],
+        )
+    return out
+
+
+def choose_target(kind: str) -> tuple[str, int, str] | None:
+    """(task, rank, node): the highest rank of the running task with the most workers (as make demo)."""
+    from controlplane.apps.training.models import Allocation, TrainingTask
+
+    best = None
+    for t in TrainingTask.objects.filter(state="running"):
+        allocs = list(Allocation.objects.filter(task=t, active=True).select_related("device__node"))
+        if allocs and (best is None or (len(allocs), -t.pk) > (len(best[1]), -best[0].pk)):
+            best = (t, allocs)
+    if best is None:
+        return None
+    t, allocs = best
+    top = max(allocs, key=lambda a: a.rank)
+    return t.name, top.rank, top.device.node.name
+
+
+def inject_ours(kind: str, task_name: str, rank: int, node_name: str) -> None:
+    from controlplane.apps.fleet.choices import CommandType
+    from controlplane.apps.fleet.models import Node
+    from controlplane.apps.fleet.services import do_enqueue_command
+    from controlplane.apps.training.models import TrainingTask
+    from controlplane.core.protocol import FaultSpec
+
+    task = TrainingTask.objects.get(name=task_name)
+    node = Node.objects.get(name=node_name)
+    spec = FaultSpec(
+        kind=kind,  # type: ignore[arg-type]
+        rank=None if kind == "node_loss" else rank,
+        slowdown=STRAGGLER_SLOWDOWN if kind == "straggler" else 1.0,
+    )
+    do_enqueue_command(node, CommandType.INJECT_FAULT, {"fault": spec.model_dump()}, task.pk, task.epoch)
+
+
+def integrate_waf(t0: datetime, t1: datetime, weights: dict[str, float]) -> float:
+    from controlplane.apps.metrics.models import MetricSample
+
+    total = 0.0
+    rows = MetricSample.objects.filter(kind="achieved_flops", at__gt=t0, at__lte=t1).select_related("task")
+    by_task: dict[str, list[tuple[float, float]]] = {}
+    for s in rows:
+        by_task.setdefault(s.task.name, []).append((s.at.timestamp(), s.value))
+    for name, samples in by_task.items():
+        samples.sort()
+        prev = t0.timestamp()
+        for at, value in samples:
+            total += weights[name] * value * min(at - prev, 2.0)
+            prev = at
+    return total
+
+
+def failure_rows(faults: list[Fault], t1: float) -> list[dict[str, Any]]:
+    """Per injected fault: the failure events recorded after it (until the next) and their transitions."""
+    from controlplane.apps.incidents.models import FailureEvent
+    from controlplane.apps.planning.models import Transition
+
+    out = []
+    for i, f in enumerate(faults):
+        if not f.at:
+            continue
+        end = faults[i + 1].at if i + 1 < len(faults) and faults[i + 1].at else t1
+        lo = datetime.fromtimestamp(f.at - 0.5, UTC)
+        hi = datetime.fromtimestamp(end, UTC)
+        events = list(
+            FailureEvent.objects.filter(detected_at__gte=lo, detected_at__lt=hi).order_by("detected_at")
+        )
+        evs = []
+        for ev in events:
+            trs = []
+            for tr in Transition.objects.filter(failure_event=ev).order_by("epoch"):
+                trs.append(
+                    {
+                        "id": tr.pk,
+                        "task": tr.task.name,
+                        "kind": tr.kind,
+                        "state": tr.state,
+                        "epoch": tr.epoch,
+                        "workers": [tr.old_workers, tr.new_workers],
+                        "time_s": (tr.finished_at - ev.detected_at).total_seconds()
+                        if tr.finished_at
+                        else None,
+                        "phases_s": tr.phases_s,
+                        "lost_microbatches": tr.lost_microbatches,
+                        "lost_work_s": tr.lost_work_s,
+                        "sources": sorted(
+                            {
+                                str(s.get("kind"))
+                                for s in (tr.migration_sources or {}).values()
+                                if isinstance(s, dict)
+                            }
+                        ),
+                        "error": tr.error[:300],
+                    }
+                )
+            evs.append(
+                {
+                    "id": ev.pk,
+                    "kind": ev.kind,
+                    "detector": ev.detector,
+                    "severity": ev.severity,
+                    "action": ev.action,
+                    "task": ev.task.name if ev.task_id else None,
+                    "detection_s": (ev.detected_at - ev.occurred_at).total_seconds(),
+                    "since_injection_s": ev.detected_at.timestamp() - f.at,
+                    "handled_by": ev.handled_by_id,
+                    "resolved": ev.resolved_at is not None,
+                    "transitions": trs,
+                }
+            )
+        out.append({"fault": f.__dict__, "events": evs})
+    return out
+
+
+def per_class(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in FAULT_CYCLE:
+        mine = [r for r in rows if r["fault"]["kind"] == kind]
+        if not mine:
+            continue
+        det, det_inj, trt, lost = [], [], [], []
+        phases: dict[str, list[float]] = {}
+        detectors, actions = set(), set()
+        for r in mine:
+            primary = [e for e in r["events"] if e["handled_by"] in (None, e["id"])]
+            if not primary:
+                continue
+            e = primary[0]
+            det.append(e["detection_s"])
+            det_inj.append(e["since_injection_s"])
+            detectors.add(e["detector"])
+            actions.add(e["action"])
+            for tr in e["transitions"]:
+                if tr["time_s"] is not None:
+                    trt.append(tr["time_s"])
+                lost.append(tr["lost_microbatches"])
+                for k, v in (tr["phases_s"] or {}).items():
+                    if isinstance(v, int | float):
+                        phases.setdefault(k, []).append(float(v))
+        out[kind] = {
+            "faults": len(mine),
+            "detected": len(det),
+            "detectors": sorted(detectors),
+            "actions": sorted(actions),
+            "detection_s_median": statistics.median(det) if det else None,
+            "detection_since_injection_s_median": statistics.median(det_inj) if det_inj else None,
+            "transition_s_median": statistics.median(trt) if trt else None,
+            "transition_s_max": max(trt) if trt else None,
+            "phases_s_median": {k: statistics.median(v) for k, v in phases.items()},
+            "lost_microbatches_total": sum(lost),
+        }
+    return out
+
+
+def run_ours(args: argparse.Namespace, run_dir: Path) -> tuple[SystemResult, dict[str, TaskLayout]]:
+    WholeSystem.recreate_database(os.environ["DATABASE_URL"], os.environ["REDIS_URL"])
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
+    system = WholeSystem(args, run_dir)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+    from controlplane.apps.training.models import TrainingTask
+    from controlplane.apps.training.services import TaskSubmission, do_submit_task
+
+    try:
+        system.start_services()
+        nodes = [f"node-{i + 1}" for i in range(args.agents)]
+        for n in nodes:
+            system.add_node(n)
+        from controlplane.apps.fleet.models import Node
+
+        wait("healthy nodes", lambda: Node.objects.filter(state="healthy").count() >= len(nodes), 90)
+        say(f"ours: {len(nodes)} nodes healthy (daphne on port {system.port})")
+        weights = {}
+        for spec in TASKS[: args.tasks]:
+            do_submit_task(None, TaskSubmission(**TINY_GPT, **spec, total_iterations=10**6))
+            weights[spec["name"]] = spec["weight"]
+        wait(
+            "every task running and past iteration 5",
+            lambda: all(v > 5 for v in task_positions().values())
+            and TrainingTask.objects.filter(state="running").count() == args.tasks,
+            300,
+        )
+        layouts = current_layouts()
+        say("ours: running " + ", ".join(f"{n} dp{lt.dp} on {lt.nodes}" for n, lt in layouts.items()))
+        # calibration: failure-free iteration time per task
+        p0, c0 = task_positions(), time.time()
+        time.sleep(args.calibrate)
+        p1, c1 = task_positions(), time.time()
+        res = SystemResult("ours", args.minutes * 60.0)
+        for n in weights:
+            res.t_ff[n] = (c1 - c0) / max(p1[n] - p0[n], 1)
+            res.devices[n] = len(layouts[n].nodes) if n in layouts else 0
+        say("ours: failure-free iteration time " + ", ".join(f"{n} {v:.3f} s" for n, v in res.t_ff.items()))
+        faults = schedule(args)
+        t0 = time.time()
+        start_pos = task_positions()
+        repairs: dict[str, float] = {}
+        pending = list(faults)
+        end = t0 + res.window_s
+        while time.time() < end:
+            now = time.time()
+            if pending and now >= t0 + pending[0].offset_s:
+                f = pending.pop(0)
+                target = choose_target(f.kind)
+                if target is None:
+                    f.note = "skipped: no running task"
+                else:
+                    f.task, f.rank, f.node = target
+                    f.at = time.time()
+                    inject_ours(f.kind, f.task, f.rank, f.node)
+                say(f"ours: fault {f.index} {f.kind} -> {f.task} rank {f.rank} on {f.node} {f.note}")
+            for n in [x for x in system.procs if x.startswith("node-")]:
+                if n not in repairs and system.agent_exited(n):
+                    repairs[n] = now + args.repair_after
+                    say(f"ours: {n} agent gone; repair in {args.repair_after:.0f} s")
+            for n, due in list(repairs.items()):
+                if now >= due:
+                    del repairs[n]
+                    system.start_agent(n)
+                    say(f"ours: {n} agent restarted (node repaired)")
+            time.sleep(0.2)
+        t1 = time.time()
+        end_pos = task_positions()
+        for n in weights:
+            res.useful[n] = max(end_pos.get(n, 0) - start_pos.get(n, 0), 0)
+        res.waf_accumulated = integrate_waf(
+            datetime.fromtimestamp(t0, UTC), datetime.fromtimestamp(t1, UTC), weights
+        )
+        finish(res, weights)
+        rows = failure_rows(faults, t1)
+        res.faults = rows
+        res.per_class = per_class(rows)
+        say(f"ours: goodput {res.cluster_goodput:.3f}, useful {res.useful}")
+        return res, layouts
+    finally:
+        system.close()
+
+
+def schedule(args: argparse.Namespace) -> list[Fault]:
+    kinds = itertools.cycle(FAULT_CYCLE)
+    out, k = [], 0
+    while args.first_fault_after + k * args.fault_every < args.minutes * 60.0:
+        out.append(Fault(k, next(kinds), args.first_fault_after + k * args.fault_every))
+        k += 1
+    return out
+
+
+# ======================================================================================== baseline
+def run_baseline(
+    args: argparse.Namespace, run_dir: Path, layouts: dict[str, TaskLayout], ours_faults: list[dict[str, Any]]
+) -> SystemResult:
+    from controlplane.core.protocol import ModelSpec, ParallelConfig, RankAssignment, Rendezvous, WorkerLaunch
+
+    model = ModelSpec(
+        layers=TINY_GPT["num_layers"],
+        hidden=TINY_GPT["hidden_size"],
+        heads=TINY_GPT["num_attention_heads"],
+        seq_len=TINY_GPT["seq_length"],
+        vocab=TINY_GPT["vocab_size"],
+        micro_batch=TINY_GPT["micro_batch_size"],
+        global_batch=TINY_GPT["global_batch_size"],
+    )
+    sinks: dict[str, EventSink] = {}
+    jobs: dict[str, TorchrunJob] = {}
+    all_jobs: list[TorchrunJob] = []
+    weights = {n: lt.weight for n, lt in layouts.items()}
+
+    def launch(name: str) -> None:
+        lt = layouts[name]
+        tmpl = WorkerLaunch(
+            model=model,
+            parallel=ParallelConfig(tp=lt.tp, pp=lt.pp, dp=lt.dp),
+            world_size=len(lt.nodes),
+            ranks=[RankAssignment(rank=0, device=0)],
+            rendezvous=Rendezvous(master_addr="127.0.0.1", master_port=free_port(), timeout_s=120),
+            iterations=10**7,
+            checkpoint_dir=str(run_dir / "baseline-ckpt" / name),
+            checkpoint_interval=args.checkpoint_every,
+            collective_timeout_s=args.baseline_timeout,
+        )
+        job = TorchrunJob(name, len(lt.nodes), tmpl, sinks[name], run_dir, max_restarts=args.max_restarts)
+        jobs[name] = job
+        all_jobs.append(job)
+
+    def positions() -> dict[str, int]:
+        out = {}
+        for n, s in sinks.items():
+            ends = s.iter_ends()
+            out[n] = int(ends[-1][2]["it"]) if ends else -1
+        return out
+
+    try:
+        for name in layouts:
+            sinks[name] = EventSink(Path(tempfile.mkdtemp(prefix="rcsink-")) / "hook.sock")
+            launch(name)
+        wait("every baseline task past iteration 5", lambda: all(v > 5 for v in positions().values()), 300)
+        say("baseline: running " + ", ".join(f"{n} x{len(lt.nodes)}" for n, lt in layouts.items()))
+        p0, c0 = positions(), time.time()
+        time.sleep(args.calibrate)
+        p1, c1 = positions(), time.time()
+        res = SystemResult("torchrun", args.minutes * 60.0)
+        for n, lt in layouts.items():
+            res.t_ff[n] = (c1 - c0) / max(p1[n] - p0[n], 1)
+            res.devices[n] = len(lt.nodes)
+        say(
+            "baseline: failure-free iteration time "
+            + ", ".join(f"{n} {v:.3f} s" for n, v in res.t_ff.items())
+        )
+        faults = [
+            Fault(f["index"], f["kind"], f["offset_s"], f["task"], f["rank"], f["node"])
+            for f in (r["fault"] for r in ours_faults)
+        ] or schedule(args)
+        t0 = time.time()
+        start_pos = positions()
+        relaunch: dict[str, float] = {}
+        pending = list(faults)
+        done: list[Fault] = []
+        end = t0 + res.window_s
+        while time.time() < end:
+            now = time.time()
+            if pending and now >= t0 + pending[0].offset_s:
+                f = pending.pop(0)
+                f.at = time.time()
+                f.note = inject_baseline(f, layouts, sinks, jobs, relaunch, args.repair_after)
+                done.append(f)
+                say(f"baseline: fault {f.index} {f.kind} -> {f.task} rank {f.rank} on {f.node}: {f.note}")
+            for n, due in list(relaunch.items()):
+                if now >= due:
+                    del relaunch[n]
+                    launch(n)
+                    say(f"baseline: {n} relaunched from its checkpoint (node repaired)")
+            time.sleep(0.1)
+        t1 = time.time()
+        end_pos = positions()
+        f_it = flops_per_iteration()
+        seen: dict[str, set[int]] = {}
+        for n, s in sinks.items():
+            res.useful[n] = max(end_pos[n] - start_pos[n], 0)
+            for at, _, ev in s.iter_ends():
+                if t0 < at <= t1 and ev.get("flops") is not None:
+                    # every rank reports its share of the iteration's model FLOPs
+                    res.waf_accumulated += weights[n] * float(ev["flops"])
+                    seen.setdefault(n, set()).add(int(ev["it"]))
+        finish(res, weights)
+        res.faults = [{"fault": f.__dict__} for f in done]
+        res.notes.append(f"baseline model FLOPs per iteration {f_it:.3g}")
+        say(f"baseline: goodput {res.cluster_goodput:.3f}, useful {res.useful}")
+        return res
+    finally:
+        for job in all_jobs:
+            job.stop()
+        for s in sinks.values():
+            s.close()
+
+
+def inject_baseline(
+    f: Fault,
+    layouts: dict[str, TaskLayout],
+    sinks: dict[str, EventSink],
+    jobs: dict[str, TorchrunJob],
+    relaunch: dict[str, float],
+    repair_after: float,
+) -> str:
+    from controlplane.core.protocol import FaultSpec
+
+    if f.kind == "node_loss":
+        hit = [n for n, lt in layouts.items() if f.node in lt.nodes]
+        for n in hit:
+            if n in jobs:
+                jobs.pop(n).stop()
+            relaunch[n] = time.time() + repair_after
+        return f"jobs {hit} lost ranks; relaunch in {repair_after:.0f} s"
+    name = f.task if f.task in layouts else next(iter(layouts))
+    rank = (
+        f.rank if f.rank is not None and f.rank < len(layouts[name].nodes) else len(layouts[name].nodes) - 1
+    )
+    f.task, f.rank = name, rank
+    sink = sinks[name]
+    if name not in jobs or sink.conn_of(rank) is None:
+        return "skipped: the rank is not running (job restarting or waiting for repair)"
+    if f.kind == "crash":
+        sink.kill(rank)
+        return "SIGKILL"
+    spec = FaultSpec(
+        kind=f.kind,  # type: ignore[arg-type]
+        rank=rank,
+        slowdown=STRAGGLER_SLOWDOWN if f.kind == "straggler" else 1.0,
+    )
+    sink.send_fault(rank, spec.model_dump())
+    return "drill sent"
+
+
+# ========================================================================================== report
+def write_report(
+    args: argparse.Namespace, ours: SystemResult, base: SystemResult | None, meta: dict[str, Any]
+) -> None:
+    res_dir = REPO / "bench" / "results"
+    data = {"meta": meta, "ours": ours.__dict__, "baseline": base.__dict__ if base else None}
+    (res_dir / "recovery.json").write_text(json.dumps(data, indent=1, default=str))
+    lines = [
+        "# Goodput and accumulated WAF under a fault every minute (issue #6, DESIGN §11)",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"Machine: {meta['machine']}; load average at start {meta['load_start']}, at end {meta['load_end']} "
+        "(2 cores shared with other jobs).  ",
+        f"Setup: {args.agents} agents x {args.devices} CPU devices, {args.tasks} tiny-GPT task(s), window "
+        f"{args.minutes:g} min per system, a fault every {args.fault_every:g} s (first after "
+        f"{args.first_fault_after:g} s) cycling {', '.join(FAULT_CYCLE)}; node repair after "
+        f"{args.repair_after:g} s; "
+        f"checkpoint every {args.checkpoint_every} iterations (both systems); baseline collective timeout "
+        f"{args.baseline_timeout:g} s, --max-restarts {args.max_restarts}.",
+        "",
+        "Definitions: T_ff = failure-free iteration time of the task in that system's own calibration window "
+        f"({args.calibrate:g} s, same run). Useful iterations = task position at the window's end "
+        "minus at its "
+        "start. Goodput = useful iterations x T_ff / window (cluster: mean over tasks weighted by devices). "
+        "Accumulated WAF = Σ_t w(t) x achieved FLOP/s x dt (ours: achieved_flops MetricSamples; baseline: "
+        "model FLOPs of every iteration its workers completed); useful WAF = Σ_t w(t) x model FLOPs x useful "
+        "iterations (no credit for recomputation).",
+        "",
+        "| system | goodput (target ≥ 90 %) | accumulated WAF (weighted PFLOP) | useful WAF (weighted "
+        "PFLOP) | per task: T_ff s, useful it., goodput |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in [ours] + ([base] if base else []):
+        per = "; ".join(
+            f"{n}: {r.t_ff[n]:.3f}, {r.useful.get(n, 0)}, {r.goodput.get(n, 0):.2f}" for n in r.t_ff
+        )
+        lines.append(
+            f"| {r.system} | **{r.cluster_goodput:.1%}** | {r.waf_accumulated / 1e15:.4f} | "
+            f"{r.waf_useful / 1e15:.4f} | {per} |"
+        )
+    if base:
+        lines += [
+            "",
+            f"Ours / baseline: goodput {ours.cluster_goodput / max(base.cluster_goodput, 1e-9):.2f}x, "
+            "accumulated WAF "
+            f"{ours.waf_accumulated / max(base.waf_accumulated, 1e-9):.2f}x, useful WAF "
+            f"{ours.waf_useful / max(base.waf_useful, 1e-9):.2f}x.",
+        ]
+    lines += [
+        "",
+        "Ours per failure class (primary FailureEvent of each drill and the transitions it caused; "
+        "times in s):",
+        "",
+        "| class | drills | detected | detector | action | detection (row) median | detection since "
+        "injection median | "
+        "transition median / max | phases median | lost micro-batches |",
+        "|---|---:|---:|---|---|---:|---:|---:|---|---:|",
+    ]
+
+    def fmt(x: Any) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    for kind, c in ours.per_class.items():
+        ph = ", ".join(f"{k} {v:.2f}" for k, v in c["phases_s_median"].items())
+        lines.append(
+            f"| {kind} | {c['faults']} | {c['detected']} | {', '.join(c['detectors'])} | "
+            f"{', '.join(c['actions'])} | "
+            f"{fmt(c['detection_s_median'])} | {fmt(c['detection_since_injection_s_median'])} | "
+            f"{fmt(c['transition_s_median'])} / {fmt(c['transition_s_max'])} | {ph or '-'} | "
+            f"{c['lost_microbatches_total']} |"
+        )
+    lines += ["", "Every drill (ours): event ids, detector, transitions (id, kind, state, time):", ""]
+    for r in ours.faults:
+        f = r["fault"]
+        evs = "; ".join(
+            f"#{e['id']} {e['kind']}/{e['detector']}/{e['severity']}/{e['action']}"
+            + "".join(
+                f" -> T{t['id']} {t['task']} {t['kind']} {t['state']} {fmt(t['time_s'])} s "
+                f"{t['workers'][0]}->{t['workers'][1]}"
+                for t in e["transitions"]
+            )
+            for e in r["events"]
+            if e["handled_by"] in (None, e["id"])
+        )
+        lines.append(
+            f"- {f['offset_s']:.0f} s {f['kind']} on {f['task']} rank {f['rank']} ({f['node']}): "
+            f"{evs or 'no event'}"
+        )
+    if base:
+        lines += ["", "Baseline drills:", ""]
+        lines += [
+            f"- {r['fault']['offset_s']:.0f} s {r['fault']['kind']} on {r['fault']['task']} rank "
+            f"{r['fault']['rank']}: {r['fault']['note']}"
+            for r in base.faults
+        ]
+    lines += ["", "## Caveats", ""] + [f"- {c}" for c in meta["caveats"]] + [""]
+    (res_dir / "recovery.md").write_text("\n".join(lines))
+
+
+CAVEATS = [
+    "The two systems run one after the other (not side by side, which would halve the CPU of each); "
+    "the machine's load from other jobs may differ between the two windows — compare goodput (each "
+    "normalised by its own failure-free rate) rather than raw iteration counts.",
+    "T_ff is each system's own failure-free rate, so the baseline's periodic checkpoint cost inside its "
+    "calibration window is not charged to it (favourable to the baseline).",
+    "The baseline's restarts have zero queueing delay and a tiny checkpoint; the hang is found by a "
+    "tight collective timeout, not the 30-minute default (favourable to the baseline).",
+    "Goodput uses positions from rank 0's iteration-time samples (ours) and the baseline's iteration log; "
+    "a rollback right before the window ends counts against either system.",
+    "Ours' accumulated WAF integrates achieved_flops samples held for at most 2 s each; a sample's rate is "
+    "the rank-0 median iteration time over its interval, so it slightly over-states during slow intervals.",
+]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--minutes", type=float, default=10.0, help="measured window per system")
+    p.add_argument("--fault-every", type=float, default=60.0)
+    p.add_argument("--first-fault-after", type=float, default=20.0, help="seconds into the window")
+    p.add_argument("--tasks", type=int, default=2, choices=(1, 2, 3))
+    p.add_argument("--agents", type=int, default=4)
+    p.add_argument("--devices", type=int, default=2)
+    p.add_argument("--repair-after", type=float, default=30.0)
+    p.add_argument("--checkpoint-every", type=int, default=20)
+    p.add_argument("--calibrate", type=float, default=40.0, help="failure-free window per system (s)")
+    p.add_argument("--baseline-timeout", type=float, default=30.0, help="gloo collective timeout (s)")
+    p.add_argument("--max-restarts", type=int, default=100)
+    p.add_argument(
+        "--snapshots", action="store_true", help="agents keep in-memory snapshots (off: as the e2e loop)"
+    )
+    p.add_argument("--skip-baseline", action="store_true")
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    os.environ.setdefault("DATABASE_URL", DEFAULT_DB)
+    os.environ.setdefault("REDIS_URL", DEFAULT_REDIS)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
+    say(f"logs: {run_dir}")
+    ours, layouts = run_ours(args, run_dir)
+    base = None if args.skip_baseline else run_baseline(args, run_dir, layouts, ours.faults)
+    load_end = [round(x, 2) for x in os.getloadavg()]
+    say(
+        f"ours goodput {ours.cluster_goodput:.1%}"
+        + (
+            f", baseline {base.cluster_goodput:.1%}; WAF ratio "
+            f"{ours.waf_accumulated / max(base.waf_accumulated, 1e-9):.2f}"
+            if base
+            else ""
+        )
+    )
+    meta = {
+        "command": "python " + " ".join(["bench/recovery.py", *sys.argv[1:]]),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}",
+        "load_start": load_start,
+        "load_end": load_end,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "logs": str(run_dir),
+        "caveats": CAVEATS,
+    }
+    if not args.no_write:
+        write_report(args, ours, base, meta)
+        say("wrote bench/results/recovery.md and .json")
+
+
+if __name__ == "__main__":
+    main()
