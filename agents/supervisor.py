@@ -460,6 +460,8 @@ class Supervisor:
         return ep is not None and int(ep) < w.spec.epoch
 
     def _ev_iter_start(self, w: Worker, ev: dict[str, Any]) -> None:
+        if self._stale(w, ev):
+            return
         w.iteration = int(ev["it"])
         w.iter_start = float(ev["t"])
         w.phase = str(ev.get("phase", "train"))
@@ -467,6 +469,9 @@ class Supervisor:
             w.state = WorkerState.HEALTHY
 
     def _ev_iter_end(self, w: Worker, ev: dict[str, Any]) -> None:
+        if self._stale(w, ev):
+            w.iter_start = None  # the old epoch's last iteration: its statistics went out at the re-key
+            return
         it, dur, phase = int(ev["it"]), float(ev["dur"]), str(ev.get("phase", "train"))
         compute = float(ev.get("compute", dur))
         w.iter_start = None

@@ -191,7 +191,7 @@ class TrainingHook:
         self._micro_batches = 0
         start = time.time()
         self._iter_start = start
-        self._send({"ev": "iter_start", "it": it, "t": start, "phase": phase})
+        self._send({"ev": "iter_start", "it": it, "t": start, "phase": phase, "ep": self.epoch})
         yield
         end = time.time()
         self._send(
@@ -203,6 +203,7 @@ class TrainingHook:
                 "compute": self._compute_s if self._compute_s is not None else end - start,
                 "mbs": self._micro_batches,
                 "phase": phase,
+                "ep": self.epoch,
                 **self._progress,
             }
         )

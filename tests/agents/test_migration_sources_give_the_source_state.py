@@ -12,10 +12,14 @@ migration equals the source's (parameters and Adam moments, bitwise).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
+import torch  # noqa: F401 - imported before any link is up: a first import blocks the loop for seconds
 
+from agents.agent import Agent, AgentConfig
+from agents.monitor import MonitorConfig
 from agents.testing import TaskDriver, TestCoordinator, load_state, same_state, spawn_agent
 from agents.training.snapshot import ENV_SNAPSHOT_DIR, ENV_SNAPSHOT_NODE
 from agents.training.worker import ENV_STATE_DUMP, ENV_STATE_DUMP_FIRST
@@ -134,7 +138,7 @@ async def test_stored_sources_roll_the_task_back_to_their_iteration(
     coordinator: TestCoordinator, tmp_path: Path
 ) -> None:
     dump, ckpt, shm = tmp_path / "dump", tmp_path / "ckpt", tmp_path / "shm"
-    for p in (dump, ckpt, shm):
+    for p in (dump, ckpt, shm, tmp_path / "st"):
         p.mkdir()
     env = {
         ENV_STATE_DUMP: str(dump),
@@ -142,7 +146,20 @@ async def test_stored_sources_roll_the_task_back_to_their_iteration(
         ENV_SNAPSHOT_DIR: str(shm),
         ENV_SNAPSHOT_NODE: "st",
     }
-    agent = await _agent(coordinator, tmp_path, "st", 2, env)
+    # In-process agent: the workers write their snapshots straight into ``shm`` (no store beside it).
+    agent = Agent(
+        AgentConfig(
+            coordinator=coordinator.url,
+            token="secret",
+            devices=2,
+            node="st",
+            run_dir=tmp_path / "st",
+            worker_env=env,
+            monitor=MonitorConfig(hang_floor_s=3.0),
+        )
+    )
+    running = asyncio.ensure_future(agent.run())
+    await coordinator.wait_for(lambda: coordinator.messages("hello", "st"), 30)
     d = TaskDriver(coordinator)
     try:
         first = launch(dp=2, iterations=20).model_copy(
@@ -187,5 +204,8 @@ async def test_stored_sources_roll_the_task_back_to_their_iteration(
         assert rep.bytes_moved > 0
         assert same_state(load_state(dump, "migrated", 0, epoch=3), load_state(dump, 5, 0, epoch=1))
     finally:
-        agent.kill()
-        await agent.wait()
+        await agent.supervisor.close()
+        await agent.client.stop()
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await running
