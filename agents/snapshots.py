@@ -447,11 +447,11 @@ class SnapshotStore:
                 raise SnapshotTransferError(f"task {task_id} was dropped on {self.node}")
             final = self.root / origin / task_id / snapshot_name(epoch, iteration)
             final.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.rename(tmp, final)
-            except OSError:  # already there (a repeated push or fetch): keep the one we have
-                if not is_complete(final):
-                    raise
+            if final.exists():  # a repeated push, or one left by an earlier run: the new one wins
+                old = self.root / INCOMING / f"old-{uuid.uuid4().hex}"
+                os.rename(final, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.rename(tmp, final)
             return final
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

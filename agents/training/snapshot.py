@@ -38,6 +38,7 @@ for the local layer spec: ``_extra_state`` is ``None``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -136,18 +137,29 @@ class RankMeta(BaseModel):
     dp_rank: int
     origin_node: str
     replica: str | None = None
+    run: str | None = None
+    """Which run of the epoch wrote it (its rendezvous ``host:port``): a directory left by an earlier
+    run with the same names (an agent restart, a test) never mixes with this one."""
     nbytes: int
     written_at: float
 
 
 def read_rank_metas(path: Path) -> list[RankMeta]:
-    """The rank shards present in one snapshot directory (those whose metadata is written)."""
+    """The rank shards present in one snapshot directory (those whose metadata is written).
+
+    With a ``COMPLETE`` marker, only the shards of the run that completed it.
+    """
+    run: str | None = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        run = json.loads((path / COMPLETE).read_bytes()).get("run")
     metas = []
     for f in sorted(path.glob("rank_*.json")):
         try:
-            metas.append(RankMeta.model_validate_json(f.read_bytes()))
+            meta = RankMeta.model_validate_json(f.read_bytes())
         except (OSError, ValueError) as e:
             raise SnapshotError(f"bad rank metadata {f}: {e}") from e
+        if run is None or meta.run == run:
+            metas.append(meta)
     return metas
 
 
@@ -244,6 +256,7 @@ class SnapshotWriter:
         store_addr: tuple[str, int] | None = None,
         position: ShardPosition | None = None,
         complete_timeout_s: float = 60.0,
+        run: str | None = None,
     ) -> None:
         if interval < 1:
             raise ValueError("snapshot interval must be >= 1")
@@ -258,6 +271,7 @@ class SnapshotWriter:
         self.store_addr = store_addr
         self.position = position
         self.complete_timeout_s = complete_timeout_s
+        self.run = run or (f"{store_addr[0]}:{store_addr[1]}" if store_addr else f"pid{os.getpid()}")
         self.stats = SnapshotStats()
         self._signature: tuple[Any, ...] | None = None
         self._flat: dict[str, Any] = {}
@@ -294,6 +308,7 @@ class SnapshotWriter:
             replica=launch.snapshot_replica,
             store_addr=(rdzv.master_addr, rdzv.master_port) if launch.world_size > 1 else None,
             complete_timeout_s=max(rdzv.timeout_s, launch.collective_timeout_s),
+            run=f"{rdzv.master_addr}:{rdzv.master_port}",
         )
 
     def due(self, iteration: int) -> bool:
@@ -424,7 +439,12 @@ class SnapshotWriter:
                     _write_atomic(
                         path / COMPLETE,
                         json.dumps(
-                            {"world_size": self.world_size, "epoch": self.epoch, "iteration": job.iteration}
+                            {
+                                "world_size": self.world_size,
+                                "epoch": self.epoch,
+                                "iteration": job.iteration,
+                                "run": self.run,
+                            }
                         ).encode(),
                     )
                     self.stats.completed += 1
@@ -444,6 +464,9 @@ class SnapshotWriter:
         assert self.position is not None
         path = self.path(job.iteration)
         path.mkdir(parents=True, exist_ok=True)
+        # COMPLETE is written only after every rank of this run wrote, this one included: one that
+        # exists now was left by an earlier run with the same names. It goes before our shard lands.
+        (path / COMPLETE).unlink(missing_ok=True)
         payload = {
             "format": FORMAT_VERSION,
             "entries": job.entries,
@@ -471,6 +494,7 @@ class SnapshotWriter:
             dp_rank=p.dp_rank,
             origin_node=self.origin,
             replica=self.replica,
+            run=self.run,
             nbytes=data.stat().st_size,
             written_at=time.time(),
         )

@@ -100,3 +100,34 @@ def test_a_rank_that_never_writes_leaves_the_snapshot_incomplete(tmp_path: Path)
     finally:
         w0.close()
         del store
+
+
+def test_a_directory_left_by_an_earlier_run_is_not_taken_for_this_ones(tmp_path: Path) -> None:
+    """Same task, epoch and iteration as an earlier run (an agent restart, a rerun): its COMPLETE
+    marker and its extra rank shards do not make this run's half-written snapshot look complete."""
+    from tests.agents.snapshot_worker import write_snapshot_files
+
+    stale = write_snapshot_files(tmp_path, "node-a", "gpt", 3, 9, [0, 1, 5])
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # type: ignore[attr-defined]
+    weight = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+    w0, w1 = _writer(tmp_path, 0, port), _writer(tmp_path, 1, port)
+    try:
+        assert w0.path(9) == stale
+        assert w0.maybe_snapshot(9, lambda: _state(0, weight, 10.0))
+        deadline = time.monotonic() + 10
+        while w0.stats.last_write_s == 0.0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not (stale / COMPLETE).exists()  # the earlier run's marker is gone before our shard lands
+        assert w1.maybe_snapshot(9, lambda: _state(1, weight, 10.0))
+        assert w0.wait_idle(10)
+        assert w1.wait_idle(10)
+        from agents.training.snapshot import read_rank_metas
+
+        assert [m.rank for m in read_rank_metas(stale)] == [0, 1]  # not the stale rank 5
+        assert {m.run for m in read_rank_metas(stale)} == {f"127.0.0.1:{port}"}
+    finally:
+        w0.close()
+        w1.close()
+        del store
