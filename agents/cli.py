@@ -3,8 +3,9 @@
 In-memory snapshots (:mod:`agents.snapshots`): the agent serves its snapshot store to peers on
 ``--snapshot-host``:``--snapshot-port`` (default 127.0.0.1 and any free port; bind 0.0.0.0 and set
 ``--snapshot-advertise`` on a real cluster) and keeps it under ``--snapshot-dir`` (default
-``/dev/shm/unicron-snapshots-<node>``). The store runs in the agent's event loop and its directory is
-handed to the workers through their environment.
+``/dev/shm/unicron-snapshots-<node>``, with a hash of ``--run-dir`` appended when one is given, so
+that two deployments with the same node name never share snapshots). The store runs in the agent's
+event loop and its directory is handed to the workers through their environment.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from agents.agent import Agent, AgentConfig
 from agents.monitor import MonitorConfig
-from agents.snapshots import SnapshotStore, SnapshotStoreConfig
+from agents.snapshots import SnapshotStore, SnapshotStoreConfig, default_root
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,8 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def snapshot_config(args: argparse.Namespace) -> SnapshotStoreConfig:
+    root = args.snapshot_dir
+    if root is None and args.run_dir is not None:
+        root = default_root(args.node, instance=str(args.run_dir.resolve()))
     return SnapshotStoreConfig(
-        root=args.snapshot_dir,
+        root=root,
         host=args.snapshot_host,
         port=args.snapshot_port,
         advertise_host=args.snapshot_advertise,

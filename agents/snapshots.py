@@ -114,10 +114,21 @@ class _Replication:
     next_try: dict[tuple[str, int, int], float] = field(default_factory=dict)
 
 
-def default_root(node: str) -> Path:
+def default_root(node: str, instance: str | None = None) -> Path:
+    """``/dev/shm/unicron-snapshots-<node>[-<hash of instance>]``.
+
+    ``instance`` (the agent's run directory) keeps agents that share a node name but are different
+    deployments (tests, demos) apart: a restarted agent with the same run directory finds its
+    snapshots again; another one never sees them.
+    """
     shm = Path("/dev/shm")
     base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-    return base / f"unicron-snapshots-{safe_name(node, 'node')}"
+    name = f"unicron-snapshots-{safe_name(node, 'node')}"
+    if instance:
+        import hashlib
+
+        name += "-" + hashlib.sha256(instance.encode()).hexdigest()[:12]
+    return base / name
 
 
 class SnapshotStore:
