@@ -66,14 +66,15 @@ def snapshot_config(args: argparse.Namespace) -> SnapshotStoreConfig:
 
 
 async def run_agent(cfg: AgentConfig, snapshots: SnapshotStoreConfig) -> None:
-    """The agent and, beside it in the same loop, its snapshot store (workers get its directory)."""
+    """The agent and its snapshot store in one loop: workers get the store's directory, the agent
+    lists its snapshots in Hello/Heartbeat and fetches peers' copies before transitions."""
     store = SnapshotStore(cfg.node, snapshots) if snapshots.enabled else None
     if store is not None:
         await store.start()
         cfg.worker_env.update(store.worker_env())
         logging.getLogger("agents.cli").info("snapshot store %s serving on %s", store.root, store.endpoint)
     try:
-        await Agent(cfg).run()
+        await Agent(cfg, snapshots=store).run()
     finally:
         if store is not None:
             await store.close()
