@@ -87,7 +87,7 @@ async def test_crash_is_caught_by_process_supervision(
 ) -> None:
     await _start_training(coordinator)
     await _inject(coordinator, FaultSpec(kind="crash", rank=1))
-    exits = await _exits(coordinator)
+    exits = await _exits(coordinator, n=1)
     crashed = exits[1]
     assert crashed.detector == "process_supervision"
     assert (crashed.event.exit_code, crashed.event.signal, crashed.event.signal_name) == (None, 9, "SIGKILL")  # type: ignore[union-attr]
