@@ -108,6 +108,12 @@ class Loop:
             start_new_session=True,
         )
 
+    def restart_worker(self, **env: str) -> None:
+        """Restart the Celery worker with some settings changed (e.g. longer deadlines for Megatron)."""
+        self.kill_worker()
+        self.env.update(env)
+        self.start_worker()
+
     def kill_worker(self) -> None:
         """SIGKILL the Celery worker and its pool (as a crash would)."""
         if self.worker is not None and self.worker.poll() is None:

@@ -41,7 +41,12 @@ from controlplane.apps.incidents.services import (
 from controlplane.apps.planning.choices import PlanTrigger, TransitionKind, TransitionState
 from controlplane.apps.planning.models import Transition
 from controlplane.apps.planning.triggers import request_failure_handling
-from controlplane.apps.planning.workload import orchestration_lock, replan, restart_in_place
+from controlplane.apps.planning.workload import (
+    orchestration_lock,
+    replan,
+    restart_in_place,
+    straggler_isolation_pays,
+)
 from controlplane.apps.training.choices import TERMINAL_TASK_STATES, TaskState
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.apps.training.services import do_set_task_state
@@ -114,6 +119,10 @@ def handle_failure(event_id: int, waited_s: float = 0.0) -> str:
             .exclude(action=Action.NONE)
             .select_related("node")
         )
+        tolerated = _tolerate_stragglers([e for e in group if e.kind == "straggler"], task)
+        if ev.pk in tolerated:
+            return "straggler tolerated: running without its device is worth less"
+        group = [e for e in group if e.pk not in tolerated]
         node_ids = set(
             Allocation.objects.filter(task=task, active=True).values_list("device__node_id", flat=True)
         )
@@ -174,6 +183,24 @@ def handle_failure(event_id: int, waited_s: float = 0.0) -> str:
                 return "task failed: too many escalations"
             primary, absorbed = escalated, [primary, *absorbed]
         return _act(primary, absorbed, task)
+
+
+def _tolerate_stragglers(events: list[FailureEvent], task: TrainingTask) -> set[int]:
+    """Stragglers whose isolation does not pay (:func:`straggler_isolation_pays`) are kept: marked
+    handled and resolved, with an operator alert. Returns their ids."""
+    out: set[int] = set()
+    for e in events:
+        ratio = ((e.evidence or {}).get("report", {}).get("event") or {}).get("ratio")
+        if e.device_id is None or not isinstance(ratio, (int, float)):
+            continue
+        pays, why = straggler_isolation_pays(task, e.device_id, float(ratio))
+        if pays:
+            continue
+        _mark_handled(e, e, resolve=True)
+        where = f"{e.node.name if e.node else '?'}/device {e.device_id}"
+        do_raise_alert(Severity.SEV2, f"Straggler on {where} of task {task.name} (#{task.pk}) kept: {why}", e)
+        out.add(e.pk)
+    return out
 
 
 def _failed_ranks(events: list[FailureEvent]) -> set[int]:

@@ -299,8 +299,10 @@ def _carry_out(
 
 
 def alive_ranks(task: TrainingTask, held: Sequence[HeldDevice]) -> set[int]:
-    """Old ranks whose processes are believed alive: on usable devices, and no failure reported for them
-    at the current epoch."""
+    """Old ranks whose processes are believed alive and healthy: on usable devices, no failure reported
+    for them at the current epoch, and — while the current epoch's transition has not completed — they
+    reported progress at this epoch (a process still in its rendezvous with a dead peer is not a
+    survivor: it would never join the next epoch's groups)."""
     if task.state not in (TaskState.RUNNING, TaskState.RECONFIGURING):
         return set()
     dead: set[int] = set()
@@ -308,7 +310,13 @@ def alive_ranks(task: TrainingTask, held: Sequence[HeldDevice]) -> set[int]:
         rank = (ev.evidence or {}).get("report", {}).get("rank")
         if isinstance(rank, int):
             dead.add(rank)
-    return {h.rank for h in held if h.usable and h.rank not in dead}
+    alive = {h.rank for h in held if h.usable and h.rank not in dead}
+    current = Transition.objects.filter(task=task, epoch=task.epoch).first()
+    if current is not None and current.state != TransitionState.COMPLETED:
+        resume = current.steps.filter(name="resume").first()
+        reported = {int(r) for r in ((resume.detail or {}).get("reported") or {})} if resume else set()
+        alive &= reported
+    return alive
 
 
 # --------------------------------------------------------------------------------------------------
@@ -744,3 +752,34 @@ def recalibrate_tasks(view: ClusterView) -> int:
         )
         count += 1
     return count
+
+
+# --------------------------------------------------------------------------------------------------
+# Stragglers: isolate only when running without the slow device is worth more (DESIGN §5.2, §6)
+# --------------------------------------------------------------------------------------------------
+
+
+def straggler_isolation_pays(task: TrainingTask, device_id: int, ratio: float) -> tuple[bool, str]:
+    """A straggler slows its whole (synchronous) task by ``ratio``. Isolating its device pays when the
+    plan without the device yields more WAF than the cluster now yields with the task slowed down;
+    otherwise (e.g. the task cannot run on fewer devices) the slow device is kept and an operator told.
+    """
+    from controlplane.core.planning import waf
+
+    view = load_cluster()
+    state = cluster_state_of(view)
+    now_waf = 0.0
+    for t in state.problem.tasks:
+        f = waf(t.weight, t.table, t.workers, t.min_workers, t.max_workers)
+        now_waf += f / max(ratio, 1.0) if t.task_id == str(task.pk) else f
+    view.usable = [d for d in view.usable if d.device_id != device_id]
+    view.held = {
+        k: [HeldDevice(h.slot, h.rank, h.usable and h.slot.device_id != device_id) for h in hs]
+        for k, hs in view.held.items()
+    }
+    without = dp_plan(cluster_state_of(view, [task.pk]).problem)
+    pays = without.expected_waf > now_waf
+    return pays, (
+        f"WAF without the device {without.expected_waf:.4g} vs {now_waf:.4g} with the task slowed "
+        f"{ratio:.2f}x: {'isolate' if pays else 'keep it'}"
+    )
