@@ -1,0 +1,67 @@
+"""The workload manager on rows alone (no agents): a re-plan records a plan, allocates devices, bumps
+epochs and queues one command per node linked to its transition; the next node loss is a lookup in
+the precomputed plans; a task that does not fit waits with a visible reason."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from controlplane.apps.fleet.choices import NodeState
+from controlplane.apps.fleet.models import AgentCommand, Node
+from controlplane.apps.planning.models import Plan, Transition
+from controlplane.apps.planning.workload import precomputed, refresh_precomputed, replan
+from controlplane.apps.training.models import Allocation, TrainingTask
+from tests.controlplane.factories import NodeFactory, TaskFactory
+
+
+def test_replan_launches_then_a_node_loss_is_a_lookup(db: None) -> None:
+    nodes = [NodeFactory(devices=8) for _ in range(2)]
+    big = TaskFactory(weight=2.0, min_workers=8, max_workers=16)
+    with transaction.atomic():
+        decision = replan("task_submitted")
+    plan = decision.plan
+    assert plan.trigger == "task_submitted"
+    assert not plan.lookup
+    assert plan.compute_time_ms > 0
+    (t,) = decision.transitions
+    assert (t.kind, t.state, t.epoch, t.new_workers) == ("launch", "running", 1, 16)
+    big.refresh_from_db()
+    assert (big.state, big.epoch) == ("running", 1)
+    assert big.parallel_config["tp"] * big.parallel_config["pp"] * big.parallel_config["dp"] == 16
+    allocs = Allocation.objects.filter(task=big, active=True)
+    assert sorted(allocs.values_list("rank", flat=True)) == list(range(16))
+    commands = AgentCommand.objects.filter(transition=t)
+    assert sorted(c.node_id for c in commands) == sorted(n.pk for n in nodes)
+    assert {c.type for c in commands} == {"start_workers"}
+    ports = {c.payload["launch"]["rendezvous"]["master_port"] for c in commands}
+    assert ports == {t.rendezvous_port}
+    assert {c.task_epoch for c in commands} == {1}
+    assert [s.name for s in t.steps.order_by("order")] == ["start", "resume"]
+
+    refresh_precomputed()
+    assert precomputed().by_problem
+    Node.objects.filter(pk=nodes[1].pk).update(state=NodeState.LOST)
+    with transaction.atomic():
+        after = replan("failure")
+    assert after.plan.lookup, "the state after a node's loss was precomputed"
+    (moved,) = after.transitions
+    assert moved.new_workers == 8
+    assert moved.epoch == 2
+    assert not Allocation.objects.filter(task=big, active=True, device__node=nodes[1]).exists()
+    assert Transition.objects.get(pk=t.pk).state == "rolled_back"  # superseded
+    # the launch's commands can no longer be delivered (fencing on the coordinator side too)
+    assert set(AgentCommand.objects.filter(transition=t).values_list("state", flat=True)) == {"failed"}
+
+
+def test_a_task_that_does_not_fit_waits_with_a_reason(db: None) -> None:
+    NodeFactory(devices=8)
+    running = TaskFactory(weight=10.0, min_workers=8, max_workers=8)
+    waiting = TaskFactory(weight=1.0, min_workers=8, max_workers=8)
+    with transaction.atomic():
+        decision = replan("task_submitted")
+    assert [t.task_id for t in decision.transitions] == [running.pk]
+    waiting.refresh_from_db()
+    assert waiting.state == "pending"
+    assert waiting.pending_reason.startswith("queued")
+    assert Plan.objects.count() == 1
+    assert TrainingTask.objects.get(pk=running.pk).state == "running"
