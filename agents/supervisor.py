@@ -733,6 +733,8 @@ class Supervisor:
             group.workers[ra.rank] = w
             await self._start_worker(w)
             fresh.append(ra.rank)
+        if not group.workers:
+            self.groups.pop(task_id, None)
         return sorted(keep), fresh
 
     def inject(self, task_id: str, fault: FaultSpec) -> str:

@@ -97,7 +97,7 @@ async def _failure_then(
                 ],
             }
         )
-        await d.reconfigure(NODE, 2, new, survivors={}, **prev)  # type: ignore[arg-type]
+        await d.reconfigure(NODE, 2, new, survivors={}, resume_iteration=CRASH_AT, **prev)  # type: ignore[arg-type]
         n = 2
     t1, reps = _done(await d.wait_events("transition", n, epoch=2, timeout=120))
     median = _median_iteration(d)

@@ -40,6 +40,20 @@ while the worker waits after a failed collective); the worker then
 The first completed iteration of the epoch sends a ``TransitionReport`` (source, bytes moved, time
 per phase, micro-batches reused / recomputed, iterations rolled back).
 
+Gradients are per-token sums (``calculate_per_token_loss``) scaled by ``1/tokens of the global batch``
+after the all-reduce, so Megatron's ``1/num_microbatches`` loss scaling and DDP's ``1/dp`` gradient
+scaling are both off: the update does not depend on how the fixed global batch is split, which is
+what makes kept + redistributed micro-batches exact. When the resumed iteration adds redistributed
+micro-batches to kept ones, the new ones are summed on their own and the kept sum added last (what a
+two-replica all-reduce does), so DP2 -> DP1 is bitwise the failure-free step.
+
+Costs and limits: elastic mode copies the local gradient sums before every all-reduce (gloo reduces
+in place; a peer dying mid-ring leaves partial sums): one gradient-sized memcpy per iteration. With
+PP > 1 partial results are never kept (a micro-batch's backward spans stages): the interrupted
+iteration is recomputed whole. A failure inside the optimizer step after the all-reduce (possible
+with TP/PP > 1, whose clipping communicates) loses that iteration's micro-batches. Megatron's CUDA RNG
+tracker is re-seeded when the model is rebuilt (no effect without dropout).
+
 Hung peers. gloo has no failure detector of its own: a peer that died resets its sockets and the
 survivors' collective raises within ~20 ms, but a peer that is *alive and stuck* keeps them blocked
 until the collective timeout. The agent's statistical monitor is what unblocks them: it tells apart
@@ -529,7 +543,11 @@ class Trainer:
             wanted = plan.stored_kind or (mine.kind if mine is not None else "checkpoint")
             self.next_it, moved, source = self._load_stored(assign, wanted)
             self._zero_grads()
-            rolled_back = max((plan.live_iteration or self.next_it) - self.next_it, 0)
+            # how far the task had got: a survivor's next iteration, else what the coordinator said
+            reached = plan.live_iteration
+            if reached is None and tspec is not None:
+                reached = tspec.resume_iteration
+            rolled_back = max((reached if reached is not None else self.next_it) - self.next_it, 0)
         t3 = time.perf_counter()
         if self.dump_dir is not None:
             import torch

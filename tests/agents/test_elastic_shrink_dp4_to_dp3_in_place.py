@@ -75,7 +75,7 @@ async def test_dp4_to_dp3_keeps_processes_and_partial_results(
             0,
         )
     # lost work: exactly the failed replica's 3 micro-batches, spread over the survivors
-    assert sum(r.recomputed_micro_batches for r in reps.values()) == 3  # type: ignore[union-attr]
+    assert sum(int(getattr(r, "recomputed_micro_batches", 0)) for r in reps.values()) == 3
     assert [(r.epoch, r.rank) for _, r in d.events("started")] == [(1, 0), (1, 1), (1, 2), (1, 3)]
     for it in range(K):
         assert _rel(load_state(shrunk, it, 0)["params"], load_state(free, it, 0)["params"]) == 0.0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.testing import TaskDriver, TestCoordinator, load_state, spawn_agent
+from agents.testing import TaskDriver, TestCoordinator, load_state, same_state, spawn_agent
 from agents.training.worker import ENV_STATE_DUMP
 from controlplane.core.protocol import FaultSpec, Rendezvous, TransitionReport
 from tests.agents.helpers import free_port, launch
@@ -84,3 +84,46 @@ async def test_retry_keeps_processes_and_finished_micro_batches(
             assert all(
                 torch.equal(a, b) for a, b in zip(mine["optimizer"][0], ref["optimizer"][0], strict=True)
             )
+
+
+async def test_retry_in_place_rebuilds_tensor_parallel_groups(
+    coordinator: TestCoordinator, tmp_path: Path
+) -> None:
+    """TP2: the model's modules hold the TP group, so the kept parameters move into a model built in
+    the new groups; the run stays bitwise the failure-free one."""
+    runs = {}
+    for name, fault in (("tp-free", False), ("tp-retry", True)):
+        dump = tmp_path / name
+        dump.mkdir()
+        agent = await spawn_agent(
+            coordinator.url,
+            name,
+            2,
+            tmp_path / f"{name}-agent",
+            hang_floor=3.0,
+            extra_env={ENV_STATE_DUMP: str(dump)},
+        )
+        d = TaskDriver(coordinator, task_id=name)
+        try:
+            await coordinator.wait_for(lambda name=name: coordinator.messages("hello", name), 30)  # type: ignore[misc]
+            await d.start(name, 1, launch(tp=2, dp=1, iterations=ITERATIONS))
+            if fault:
+                await d.inject(name, 1, FaultSpec(kind="network_error", rank=1, at_iteration=K))
+                await d.wait_events("exception", 2)
+                rdzv = Rendezvous(master_addr="127.0.0.1", master_port=free_port(), timeout_s=20)
+                ack = await d.retry(name, 2, rdzv)
+                assert "in place [0, 1], restarted []" in ack.detail
+                reps = await d.wait_events("transition", 2, epoch=2)
+                assert all(r.event.in_place and r.event.iteration == K for r in reps)  # type: ignore[union-attr]
+                await d.wait_events("exited", 2, epoch=2)
+            else:
+                await d.wait_events("exited", 2)
+        finally:
+            agent.kill()
+            await agent.wait()
+        runs[name] = dump
+    for it in range(ITERATIONS):
+        for rank in (0, 1):
+            assert same_state(
+                load_state(runs["tp-retry"], it, rank), load_state(runs["tp-free"], it, rank)
+            ), (it, rank)
