@@ -49,6 +49,8 @@ bench: install
 	$(BIN)/python bench/detectors.py
 	$(BIN)/python bench/iteration.py
 	$(BIN)/python bench/detection.py
+	$(BIN)/python bench/transition.py
+	$(BIN)/python bench/recovery.py
 	$(BIN)/python -m controlplane.core.sim all
 
 clean-run:

@@ -42,7 +42,9 @@ Per failure class (ours): detection latency (FailureEvent ``detected_at - occurr
 drill's injection), and per transition of that failure its time (detected -> transition finished)
 and phases (Transition ``phases_s``), lost micro-batches, sources.
 
-Writes ``bench/results/recovery.md`` and ``bench/results/recovery.json``.
+The database (``--database-url``, default ``$BENCH_DATABASE_URL`` or ``benchdb`` on the local
+PostgreSQL; its name must start with ``bench``) is dropped and re-created, the Redis database
+(``--redis-url``) flushed. Writes ``bench/results/recovery.md`` and ``bench/results/recovery.json``.
 """
 
 from __future__ import annotations
@@ -151,6 +153,8 @@ class SystemResult:
     faults: list[dict[str, Any]] = field(default_factory=list)
     per_class: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    problems: dict[str, Any] = field(default_factory=dict)
+    """Ours: transitions that did not complete, escalations and the tasks' final states (from the rows)."""
 
 
 def finish(res: SystemResult, weights: dict[str, float]) -> None:
@@ -196,10 +200,16 @@ class WholeSystem:
 
         redis.Redis.from_url(redis_url).flushdb()
 
-    def spawn(self, name: str, cmd: list[str]) -> None:
+    def spawn(self, name: str, cmd: list[str], cpus: set[int] | None = None) -> None:
         log = open(self.run_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         self.procs[name] = subprocess.Popen(
-            cmd, cwd=str(REPO), env=self.env, stdout=log, stderr=log, start_new_session=True
+            cmd,
+            cwd=str(REPO),
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
 
     def start_services(self) -> None:
@@ -277,7 +287,7 @@ class WholeSystem:
         ]
         if not self.args.snapshots:
             cmd.append("--no-snapshots")
-        self.spawn(name, cmd)
+        self.spawn(name, cmd, node_cpus(name) if self.args.pin else None)
 
     def agent_exited(self, name: str) -> bool:
         proc = self.procs.get(name)
@@ -291,6 +301,18 @@ class WholeSystem:
                     os.killpg(proc.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(10)
+
+
+def node_cpus(node: str) -> set[int]:
+    """The CPU a node's agent and workers are pinned to: node-i on core (i - 1) mod cores.
+
+    A node stands for its own hardware: pinned, a task's workers do not get faster when another
+    task's workers are down (on an unpinned 2-core host they would, which flatters whichever system
+    keeps tasks down longer), and ranks of one node get equal shares of their core.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    index = int(node.rsplit("-", 1)[-1]) - 1
+    return {cores[index % len(cores)]}
 
 
 def wait(what: str, predicate: Any, timeout: float) -> Any:
@@ -347,6 +369,11 @@ def choose_target(kind: str) -> tuple[str, int, str] | None:
         if allocs and (best is None or (len(allocs), -t.pk) > (len(best[1]), -best[0].pk)):
             best = (t, allocs)
     if best is None:
+        if kind == "node_loss":  # a node can be lost while no task runs: the highest-numbered node
+            from controlplane.apps.fleet.models import Node
+
+            node = Node.objects.filter(state="healthy").order_by("-name").first()
+            return ("", 0, node.name) if node is not None else None
         return None
     t, allocs = best
     top = max(allocs, key=lambda a: a.rank)
@@ -360,14 +387,20 @@ def inject_ours(kind: str, task_name: str, rank: int, node_name: str) -> None:
     from controlplane.apps.training.models import TrainingTask
     from controlplane.core.protocol import FaultSpec
 
-    task = TrainingTask.objects.get(name=task_name)
+    task = TrainingTask.objects.filter(name=task_name).first()
     node = Node.objects.get(name=node_name)
     spec = FaultSpec(
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         rank=None if kind == "node_loss" else rank,
         slowdown=STRAGGLER_SLOWDOWN if kind == "straggler" else 1.0,
     )
-    do_enqueue_command(node, CommandType.INJECT_FAULT, {"fault": spec.model_dump()}, task.pk, task.epoch)
+    do_enqueue_command(
+        node,
+        CommandType.INJECT_FAULT,
+        {"fault": spec.model_dump()},
+        task.pk if task is not None else None,
+        task.epoch if task is not None else None,
+    )
 
 
 def integrate_waf(t0: datetime, t1: datetime, weights: dict[str, float]) -> float:
@@ -377,7 +410,8 @@ def integrate_waf(t0: datetime, t1: datetime, weights: dict[str, float]) -> floa
     rows = MetricSample.objects.filter(kind="achieved_flops", at__gt=t0, at__lte=t1).select_related("task")
     by_task: dict[str, list[tuple[float, float]]] = {}
     for s in rows:
-        by_task.setdefault(s.task.name, []).append((s.at.timestamp(), s.value))
+        if s.task is not None:
+            by_task.setdefault(s.task.name, []).append((s.at.timestamp(), s.value))
     for name, samples in by_task.items():
         samples.sort()
         prev = t0.timestamp()
@@ -437,7 +471,7 @@ def failure_rows(faults: list[Fault], t1: float) -> list[dict[str, Any]]:
                     "detector": ev.detector,
                     "severity": ev.severity,
                     "action": ev.action,
-                    "task": ev.task.name if ev.task_id else None,
+                    "task": ev.task.name if ev.task is not None else None,
                     "detection_s": (ev.detected_at - ev.occurred_at).total_seconds(),
                     "since_injection_s": ev.detected_at.timestamp() - f.at,
                     "handled_by": ev.handled_by_id,
@@ -447,6 +481,50 @@ def failure_rows(faults: list[Fault], t1: float) -> list[dict[str, Any]]:
             )
         out.append({"fault": f.__dict__, "events": evs})
     return out
+
+
+def problems() -> dict[str, Any]:
+    """What went wrong in the loop, from the rows: failed/rolled-back transitions with their errors,
+    orchestrator events (a recovery that failed), and every task's final state."""
+    from controlplane.apps.incidents.models import FailureEvent
+    from controlplane.apps.planning.models import Transition
+    from controlplane.apps.training.models import TrainingTask
+
+    failed = [
+        {
+            "id": t.pk,
+            "task": t.task.name,
+            "epoch": t.epoch,
+            "kind": t.kind,
+            "state": t.state,
+            "failure_event": t.failure_event_id,
+            "sources": sorted(
+                {str(v.get("kind") or v.get("source")) for v in (t.migration_sources or {}).values()}
+            ),
+            "error": t.error[:240],
+        }
+        for t in Transition.objects.exclude(state="completed").order_by("id")
+    ]
+    orchestrator = [
+        {"id": e.pk, "task": e.task.name if e.task is not None else None, "summary": e.summary[:240]}
+        for e in FailureEvent.objects.filter(detector="orchestrator").order_by("id")
+    ]
+    worker_errors: dict[str, list[int]] = {}
+    for e in FailureEvent.objects.filter(detector="exception_propagation").order_by("id"):
+        msg = str((e.evidence or {}).get("core", {}).get("message") or "")
+        exc = str((e.evidence or {}).get("report", {}).get("event", {}).get("exc_type") or "")
+        key = f"{exc}: {msg[:120]}"
+        worker_errors.setdefault(key, []).append(e.pk)
+    tasks = {
+        t.name: {"state": t.state, "epoch": t.epoch, "iteration": t.iteration}
+        for t in TrainingTask.objects.all()
+    }
+    return {
+        "transitions_not_completed": failed,
+        "orchestrator_events": orchestrator,
+        "worker_errors": worker_errors,
+        "tasks_at_end": tasks,
+    }
 
 
 def per_class(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -513,6 +591,8 @@ def run_ours(args: argparse.Namespace, run_dir: Path) -> tuple[SystemResult, dic
         say(f"ours: {len(nodes)} nodes healthy (daphne on port {system.port})")
         weights = {}
         for spec in TASKS[: args.tasks]:
+            spec = {**spec, "max_workers": min(spec["max_workers"], args.workers_per_task)}
+            spec["min_workers"] = min(spec["min_workers"], spec["max_workers"])
             do_submit_task(None, TaskSubmission(**TINY_GPT, **spec, total_iterations=10**6))
             weights[spec["name"]] = spec["weight"]
         wait(
@@ -532,6 +612,12 @@ def run_ours(args: argparse.Namespace, run_dir: Path) -> tuple[SystemResult, dic
             res.t_ff[n] = (c1 - c0) / max(p1[n] - p0[n], 1)
             res.devices[n] = len(layouts[n].nodes) if n in layouts else 0
         say("ours: failure-free iteration time " + ", ".join(f"{n} {v:.3f} s" for n, v in res.t_ff.items()))
+        from controlplane.apps.incidents.models import FailureEvent
+
+        spurious = list(FailureEvent.objects.order_by("id").values_list("id", "kind", "detector", "severity"))
+        if spurious:
+            res.notes.append(f"failure events before the first drill (none injected): {spurious}")
+            say(f"ours: failure events before any drill: {spurious}")
         faults = schedule(args)
         t0 = time.time()
         start_pos = task_positions()
@@ -571,6 +657,7 @@ def run_ours(args: argparse.Namespace, run_dir: Path) -> tuple[SystemResult, dic
         rows = failure_rows(faults, t1)
         res.faults = rows
         res.per_class = per_class(rows)
+        res.problems = problems()
         say(f"ours: goodput {res.cluster_goodput:.3f}, useful {res.useful}")
         return res, layouts
     finally:
@@ -619,7 +706,10 @@ def run_baseline(
             checkpoint_interval=args.checkpoint_every,
             collective_timeout_s=args.baseline_timeout,
         )
-        job = TorchrunJob(name, len(lt.nodes), tmpl, sinks[name], run_dir, max_restarts=args.max_restarts)
+        cpus = set().union(*(node_cpus(n) for n in lt.nodes)) if args.pin else None
+        job = TorchrunJob(
+            name, len(lt.nodes), tmpl, sinks[name], run_dir, max_restarts=args.max_restarts, cpus=cpus
+        )
         jobs[name] = job
         all_jobs.append(job)
 
@@ -723,7 +813,7 @@ def inject_baseline(
         sink.kill(rank)
         return "SIGKILL"
     spec = FaultSpec(
-        kind=f.kind,  # type: ignore[arg-type]
+        kind=f.kind,
         rank=rank,
         slowdown=STRAGGLER_SLOWDOWN if f.kind == "straggler" else 1.0,
     )
@@ -748,6 +838,9 @@ def write_report(
         f"{args.minutes:g} min per system, a fault every {args.fault_every:g} s (first after "
         f"{args.first_fault_after:g} s) cycling {', '.join(FAULT_CYCLE)}; node repair after "
         f"{args.repair_after:g} s; "
+        f"{'each node pinned to one core (node-i: core (i-1) mod cores)' if args.pin else 'no pinning'}; "
+        f"{'in-memory snapshots on' if args.snapshots else 'no in-memory snapshots'}; "
+        f"max {args.workers_per_task} workers per task; "
         f"checkpoint every {args.checkpoint_every} iterations (both systems); baseline collective timeout "
         f"{args.baseline_timeout:g} s, --max-restarts {args.max_restarts}.",
         "",
@@ -759,7 +852,7 @@ def write_report(
         "model FLOPs of every iteration its workers completed); useful WAF = Σ_t w(t) x model FLOPs x useful "
         "iterations (no credit for recomputation).",
         "",
-        "| system | goodput (target ≥ 90 %) | accumulated WAF (weighted PFLOP) | useful WAF (weighted "
+        "| system | goodput (target ≥ 90 %) | accumulated WAF (weighted GFLOP) | useful WAF (weighted "
         "PFLOP) | per task: T_ff s, useful it., goodput |",
         "|---|---:|---:|---:|---|",
     ]
@@ -768,8 +861,8 @@ def write_report(
             f"{n}: {r.t_ff[n]:.3f}, {r.useful.get(n, 0)}, {r.goodput.get(n, 0):.2f}" for n in r.t_ff
         )
         lines.append(
-            f"| {r.system} | **{r.cluster_goodput:.1%}** | {r.waf_accumulated / 1e15:.4f} | "
-            f"{r.waf_useful / 1e15:.4f} | {per} |"
+            f"| {r.system} | **{r.cluster_goodput:.1%}** | {r.waf_accumulated / 1e9:.1f} | "
+            f"{r.waf_useful / 1e9:.1f} | {per} |"
         )
     if base:
         lines += [
@@ -803,8 +896,8 @@ def write_report(
             f"{c['lost_microbatches_total']} |"
         )
     lines += ["", "Every drill (ours): event ids, detector, transitions (id, kind, state, time):", ""]
-    for r in ours.faults:
-        f = r["fault"]
+    for row in ours.faults:
+        f = row["fault"]
         evs = "; ".join(
             f"#{e['id']} {e['kind']}/{e['detector']}/{e['severity']}/{e['action']}"
             + "".join(
@@ -812,7 +905,7 @@ def write_report(
                 f"{t['workers'][0]}->{t['workers'][1]}"
                 for t in e["transitions"]
             )
-            for e in r["events"]
+            for e in row["events"]
             if e["handled_by"] in (None, e["id"])
         )
         lines.append(
@@ -826,6 +919,22 @@ def write_report(
             f"{r['fault']['rank']}: {r['fault']['note']}"
             for r in base.faults
         ]
+    pr = ours.problems
+    if pr:
+        lines += ["", "What went wrong in ours (from the rows):", ""]
+        lines.append(f"- tasks at the end: {pr['tasks_at_end']}")
+        for t in pr["transitions_not_completed"]:
+            lines.append(
+                f"- transition {t['id']} {t['task']} epoch {t['epoch']} {t['kind']} {t['state']}"
+                f" (failure event {t['failure_event']}, sources {t['sources']}): {t['error']}"
+            )
+        for e in pr["orchestrator_events"]:
+            lines.append(f"- orchestrator event {e['id']} ({e['task']}): {e['summary']}")
+        for key, ids in pr["worker_errors"].items():
+            lines.append(f"- worker exceptions {ids}: {key}")
+    notes = [f"{r.system}: {n}" for r in [ours] + ([base] if base else []) for n in r.notes]
+    if notes:
+        lines += ["", "Notes from the run:", ""] + [f"- {n}" for n in notes]
     lines += ["", "## Caveats", ""] + [f"- {c}" for c in meta["caveats"]] + [""]
     (res_dir / "recovery.md").write_text("\n".join(lines))
 
@@ -859,13 +968,36 @@ def main() -> None:
     p.add_argument("--baseline-timeout", type=float, default=30.0, help="gloo collective timeout (s)")
     p.add_argument("--max-restarts", type=int, default=100)
     p.add_argument(
-        "--snapshots", action="store_true", help="agents keep in-memory snapshots (off: as the e2e loop)"
+        "--workers-per-task",
+        type=int,
+        default=2,
+        help="cap on each task's max_workers (8 workers on 2 shared cores make false stragglers)",
+    )
+    p.add_argument(
+        "--no-snapshots", dest="snapshots", action="store_false", help="agents without in-memory snapshots"
+    )
+    p.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB),
+        help="dropped and re-created at the start (default $BENCH_DATABASE_URL or %(default)s)",
+    )
+    p.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS), help="flushed")
+    p.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="do not pin each node's agent/workers (and the baseline's ranks) to a core",
     )
     p.add_argument("--skip-baseline", action="store_true")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
-    os.environ.setdefault("DATABASE_URL", DEFAULT_DB)
-    os.environ.setdefault("REDIS_URL", DEFAULT_REDIS)
+    # The bench drops and re-creates its database: it never takes DATABASE_URL from the environment.
+    if not urlparse(args.database_url).path.lstrip("/").startswith("bench"):
+        raise SystemExit(
+            f"refusing to drop {args.database_url}: the bench database's name must start with 'bench'"
+        )
+    os.environ["DATABASE_URL"] = args.database_url
+    os.environ["REDIS_URL"] = args.redis_url
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     load_start = [round(x, 2) for x in os.getloadavg()]
     run_dir = Path(tempfile.mkdtemp(prefix="bench-recovery-"))

@@ -557,43 +557,43 @@ CAVEATS = [
     "shrink baseline: a torchrun job whose node is lost fails; we relaunch it at DP1 on the remaining "
     "node at once. torchrun's own elastic rendezvous (--nnodes 1:2) would also restart on the rest, after "
     "its rendezvous last-call timeout (default 30 s), so this is the favourable case for the baseline.",
-    "The machine is shared with other jobs (load average above): absolute times vary run to run.",
+    "The machine is shared with other jobs (load average above): absolute times vary run to run; ours "
+    "and the baseline alternate round by round so both see similar load.",
+    "grow: our detection is the returning agent's Hello (agent start-up ~1-2 s, not counted in the "
+    "transition); the baseline's clock starts when the node is back (no agent to wait for).",
 ]
 
 
-async def run_ours(args: argparse.Namespace, run_dir: Path) -> list[Measure]:
-    out: list[Measure] = []
+async def ours_round(args: argparse.Namespace, run_dir: Path) -> list[Measure]:
     async with TestCoordinator() as c:
-        for i in range(args.repeats):
-            ours = Ours(c, run_dir / f"ours-{i}", args.warmup)
-            try:
-                got = await ours.round()
-            finally:
-                await ours.close()
-            for m in got:
-                print(
-                    f"ours     {m.case:8s} detection {m.detection_s:6.2f} s  transition "
-                    f"{m.transition_s:6.2f} s"
-                    f"  lost {m.recomputed_micro_batches} mb  phases "
-                    f"{ ({k: round(v, 2) for k, v in m.phases_s.items()}) }",
-                    flush=True,
-                )
-            out += got
-            c.received.clear()
-            c.losses.clear()
-    return out
+        ours = Ours(c, run_dir, args.warmup)
+        try:
+            got = await ours.round()
+        finally:
+            await ours.close()
+    for m in got:
+        print(
+            f"ours     {m.case:8s} detection {m.detection_s:6.2f} s  transition "
+            f"{m.transition_s:6.2f} s"
+            f"  lost {m.recomputed_micro_batches} mb  phases "
+            f"{ ({k: round(v, 2) for k, v in m.phases_s.items()}) }",
+            flush=True,
+        )
+    return got
 
 
-def run_baseline(args: argparse.Namespace, run_dir: Path) -> list[Measure]:
-    out: list[Measure] = []
+def run_rounds(args: argparse.Namespace, run_dir: Path) -> tuple[list[Measure], list[Measure]]:
+    """Ours and the baseline alternate, one round each per repeat, so both see the same machine load."""
+    ours: list[Measure] = []
+    base: list[Measure] = []
     for i in range(args.repeats):
+        ours += asyncio.run(ours_round(args, run_dir / f"ours-{i}"))
         b = Baseline(run_dir / f"torchrun-{i}", args.checkpoint_every, args.fault_phase, args.warmup)
         try:
-            got = b.round()
+            base += b.round()
         finally:
             b.close()
-        out += got
-    return out
+    return ours, base
 
 
 def main() -> None:
@@ -612,8 +612,7 @@ def main() -> None:
     load_start = [round(x, 2) for x in os.getloadavg()]
     run_dir = Path(tempfile.mkdtemp(prefix="bench-transition-"))
     print(f"logs: {run_dir}", flush=True)
-    ours = asyncio.run(run_ours(args, run_dir))
-    base = run_baseline(args, run_dir)
+    ours, base = run_rounds(args, run_dir)
     summary = summarize(ours, base)
     load_end = [round(x, 2) for x in os.getloadavg()]
     for case, s in summary.items():

@@ -158,7 +158,9 @@ class TorchrunJob:
         log_dir: Path,
         max_restarts: int = 3,
         extra_env: dict[str, str] | None = None,
+        cpus: set[int] | None = None,
     ) -> None:
+        """``cpus``: CPU affinity of torchrun and its workers (None: inherit)."""
         from bench.baselines.torchrun_worker import ENV_LAUNCH, ENV_TASK
 
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -202,6 +204,7 @@ class TorchrunJob:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         threading.Thread(target=self._pump, daemon=True).start()
 
