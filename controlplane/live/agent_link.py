@@ -378,10 +378,10 @@ def _record_transition_report(report: WorkerReport, event: TransitionReport) -> 
     task = _current_task(report)
     if task is None:
         return "transition report: stale epoch or unknown task"
-    do_record_progress(task, event.iteration)
     do_record_rank_resumed(
         task.pk, report.epoch, report.rank, event.iteration, event.iteration, event.model_dump(mode="json")
     )
+    do_record_progress(task, event.iteration)
     return f"transition report of rank {report.rank} (source {event.source})"
 
 
@@ -405,9 +405,10 @@ def _record_iteration_stats(report: WorkerReport, stats: IterationStats) -> str:
     (the worker splits it evenly), so the task's rates are the share times the number of active ranks."""
     task = _current_task(report)
     if task is not None and stats.iterations > 0:
-        do_record_progress(task, stats.last_iteration)
+        # lock order as in the orchestrator (transition step, then task row): no deadlock with it
         first, last = stats.first_iteration, stats.last_iteration
         do_record_rank_resumed(task.pk, report.epoch, report.rank, first, last)
+        do_record_progress(task, stats.last_iteration)
     task_pk = _task_pk(report.task_id)
     if report.rank != 0 or task_pk is None or stats.iterations == 0 or stats.median_s <= 0:
         return "iteration stats: not recorded (not rank 0 or empty)"

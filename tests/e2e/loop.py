@@ -318,4 +318,13 @@ def fault_and_recover(
     assert all(s.state in ("done", "skipped") for s in t.steps.all())
     assert Plan.objects.filter(pk=t.plan_id).exists()
     assert_allocations_consistent()
+    t.refresh_from_db()
+    plan = Plan.objects.get(pk=t.plan_id)
+    print(  # the figures of this recovery (pytest -s shows them)
+        f"\nFIGURE {kind}: detector={event.detector} severity={event.severity} action={event.action} "
+        f"detection_latency_s={(event.detected_at - event.occurred_at).total_seconds():.3f} "
+        f"transition={t.kind} total_s={t.phases_s.get('total', 0):.3f} phases={t.phases_s} "
+        f"lost_microbatches={t.lost_microbatches} plan_lookup={plan.lookup} "
+        f"plan_compute_ms={plan.compute_time_ms:.3f}"
+    )
     return Recovery(event, t, task, epoch, before)

@@ -197,6 +197,7 @@ def _tolerate_stragglers(events: list[FailureEvent], task: TrainingTask) -> set[
         if pays:
             continue
         _mark_handled(e, e, resolve=True)
+        FailureEvent.objects.filter(pk=e.pk).update(evidence={**(e.evidence or {}), "tolerated": why})
         where = f"{e.node.name if e.node else '?'}/device {e.device_id}"
         do_raise_alert(Severity.SEV2, f"Straggler on {where} of task {task.name} (#{task.pk}) kept: {why}", e)
         out.add(e.pk)
@@ -288,6 +289,8 @@ def _records(node: Node, window_s: float) -> list[failures.FailureRecord]:
     since = timezone.now() - timedelta(seconds=window_s)
     out = []
     for row in FailureEvent.objects.filter(node=node, occurred_at__gte=since, escalated_from__isnull=True):
+        if (row.evidence or {}).get("tolerated"):
+            continue  # a straggler judged not worth isolating says little about the node
         out.append(
             failures.FailureRecord(
                 failures.Evidence(

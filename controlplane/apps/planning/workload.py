@@ -274,9 +274,11 @@ def _carry_out(
         return None
     layout = Layout(cfg.tp, cfg.pp, cfg.dp)
     wanted = {**_config_json(cfg)}
+    # a reconfiguring task whose in-flight transition already targets this count and layout is left to
+    # finish it (a re-plan for another reason must not restart it)
     unchanged = (
         not hit
-        and task.state == TaskState.RUNNING
+        and task.state in (TaskState.RUNNING, TaskState.RECONFIGURING)
         and len(held) == len(current) == new_workers
         and {k: task.parallel_config.get(k) for k in ("tp", "pp", "dp", "micro_batch")}
         == {k: wanted[k] for k in ("tp", "pp", "dp", "micro_batch")}

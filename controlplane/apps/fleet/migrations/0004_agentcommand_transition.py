@@ -5,16 +5,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0003_node_health_periodic_task'),
-        ('planning', '0001_initial'),
+        ("fleet", "0003_node_health_periodic_task"),
+        ("planning", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='agentcommand',
-            name='transition',
-            field=models.ForeignKey(blank=True, help_text='The transition this command carries out (its ack advances it).', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='commands', to='planning.transition'),
+            model_name="agentcommand",
+            name="transition",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="The transition this command carries out (its ack advances it).",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="commands",
+                to="planning.transition",
+            ),
         ),
     ]
