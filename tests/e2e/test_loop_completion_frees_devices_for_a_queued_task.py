@@ -32,7 +32,7 @@ def test_completion(loop: Loop) -> None:
     assert done.finished_at is not None
     assert done.iteration >= 59
     assert not Allocation.objects.filter(task=short, active=True).exists()
-    assert Plan.objects.filter(trigger="task_finished").exists()
+    loop.wait("the re-plan after completion", lambda: Plan.objects.filter(trigger="task_finished").exists())
     loop.wait_running(queued, timeout=60)
     queued.refresh_from_db()
     assert queued.state == "running"

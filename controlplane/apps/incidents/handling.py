@@ -110,7 +110,9 @@ def handle_failure(event_id: int, waited_s: float = 0.0) -> str:
             return "no action"
         if ev.task_id is None:
             return _handle_node_event(ev)
-        task = TrainingTask.objects.select_for_update().get(pk=ev.task_id)
+        # no row lock on the task here (the advisory lock serialises the orchestrator; the agent link
+        # locks a transition step before the task row, so locking the task first could deadlock)
+        task = TrainingTask.objects.get(pk=ev.task_id)
         if task.state in TERMINAL_TASK_STATES or task.state in (TaskState.PENDING, TaskState.SUSPENDED):
             _mark_handled(ev, None, resolve=True)
             return f"task {task.pk} is {task.state}: nothing to do"

@@ -67,7 +67,7 @@ def do_record_rank_resumed(
     """A rank of ``epoch`` made progress (iteration stats) or sent its TransitionReport. Returns True
     when that completes the resume step (an advance is then enqueued after commit)."""
     step = (
-        TransitionStep.objects.select_for_update()
+        TransitionStep.objects.select_for_update(of=("self",))  # the step row only: no lock-order cycle
         .filter(
             transition__task_id=task_id,
             transition__epoch=epoch,
@@ -113,7 +113,13 @@ def advance_transition(transition_id: int) -> str:
     """Move the transition's steps as far as the rows allow. Idempotent."""
     with transaction.atomic():
         orchestration_lock()
-        t = Transition.objects.select_for_update().select_related("task").filter(pk=transition_id).first()
+        # lock the transition row only (not its task): the agent link locks step, then task
+        t = (
+            Transition.objects.select_for_update(of=("self",))
+            .select_related("task")
+            .filter(pk=transition_id)
+            .first()
+        )
         if t is None or TRANSITION_TERMINAL(t.state):
             return "terminal"
         if t.task.epoch != t.epoch:
