@@ -15,8 +15,14 @@ synchronous handler that persists it through the services (run with ``database_s
   sent in order.
 - ``heartbeat``: one ``UPDATE … RETURNING state``; only a node that is not healthy costs more.
 - ``worker_report``: failure evidence → classified :class:`FailureEvent` (idempotent by
-  ``report_id``); iteration stats of rank 0 → metric samples.
-- ``ack``: the outbox row is acknowledged (duplicates are harmless).
+  ``report_id``) with the report's epoch; evidence of the task's *current* epoch enqueues
+  ``incidents.handle_failure`` after the settle window, older epochs are recorded but never acted on
+  (fencing). Iteration stats / TransitionReports of the current epoch advance the task's iteration and
+  its transition's resume step; rank 0's stats → metric samples. A rank that exits 0 after its last
+  iteration counts toward the task's completion.
+- ``ack``: the outbox row is acknowledged (duplicates are harmless); a transition's command enqueues
+  ``planning.advance_transition``.
+- a node that comes back (hello / heartbeat after suspect or lost) triggers a re-plan.
 - **disconnect**: the node becomes suspect at once; the health watchdog
   (``fleet.check_node_health``) declares it lost if no heartbeat arrives within
   ``UNICRON_LOST_AFTER_S`` of the last one.
