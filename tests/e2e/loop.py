@@ -92,7 +92,7 @@ class Loop:
                 "controlplane.config.celery",
                 "worker",
                 "-B",
-                "-S",
+                "--scheduler",
                 "django_celery_beat.schedulers:DatabaseScheduler",
                 "--concurrency=1",
                 "--without-gossip",
