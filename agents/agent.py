@@ -39,9 +39,26 @@ from controlplane.core.protocol import (
 
 log = logging.getLogger("agents.agent")
 
+ENV_SPARES = "UNICRON_SPARES"
+"""Warm spare worker processes per agent (default 1; 0: none)."""
+
 EXIT_NODE_LOSS = 137
 NODE_LOSS_DELAY_S = 0.2
 """The agent acks a node_loss drill, then dies this long after (so the ack can leave)."""
+
+
+def env_count(name: str, default: int) -> int:
+    """A non-negative integer from the environment; the error names the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name}={raw!r} is not an integer") from exc
+    if value < 0:
+        raise ValueError(f"{name}={value} must be at least 0")
+    return value
 
 
 @dataclass
@@ -59,6 +76,9 @@ class AgentConfig:
     """Elastic mode: after a collective error a worker waits this long for the coordinator's
     reconfigure/retry (DESIGN §7) before it exits; 0 turns it off (workers exit, transitions
     relaunch every process)."""
+    spares: int = field(default_factory=lambda: env_count(ENV_SPARES, 1))
+    """Warm spare worker processes (:mod:`agents.training.spare`) kept ready for a restarted or added
+    rank (real workers only); 0 turns them off. Default: ``UNICRON_SPARES`` or 1."""
 
 
 class Agent:
@@ -80,6 +100,7 @@ class Agent:
             worker_env=cfg.worker_env,
             node=cfg.node,
             elastic_wait_s=cfg.elastic_wait_s,
+            spares=cfg.spares,
         )
         self.supervisor.drill = self._drill
         self.commands = CommandRegistry()

@@ -22,6 +22,17 @@ list are stopped. In elastic mode (``elastic_wait_s > 0``) a worker whose collec
 the exception and waits for that order instead of exiting; the hang monitor then kills only the rank
 that did not finish its micro-batches, not the peers waiting for it in the all-reduce (victims are
 killed only if still stuck one threshold later).
+
+Warm spares (:mod:`agents.training.spare`): with ``spares`` > 0 the supervisor keeps that many
+pre-started worker processes that have imported torch and Megatron-Core, connected to the hook
+socket and block waiting for an assignment. Wherever a worker process would be launched
+(StartWorkers, a restarted or added rank in Reconfigure, a dead rank in Retry) a ready spare gets the
+rank's assignment and environment over its hook connection instead, and from then on is that rank's
+worker (same pid supervision, log file, stack file, session, PDEATHSIG); a replacement spare starts
+once the new worker has finished its first iteration (or after ``spare_refill_s``), so its imports do
+not compete with the transition for the CPU. No ready spare: a fresh process, as before. Spares are
+not workers: they appear in no status or heartbeat, and they are killed when the agent stops (and by
+PDEATHSIG when it dies). Their pids and RSS are listed in ``RUN_DIR/spares.json``.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +58,7 @@ from agents.api import ExitRecord, RunResult, WorkerSpec, WorkerState
 from agents.monitor import MonitorConfig, RankMonitor, TaskStragglers
 from agents.training.elastic import TransitionSpec
 from agents.training.hook import ENV_RANK, ENV_SOCKET, ENV_STACK_FILE
+from agents.training.spare import rss_kb
 from agents.training.worker import ENV_ELASTIC_WAIT, ENV_WORKER, WorkerAssignment
 from controlplane.core.protocol import (
     Detector,
@@ -66,6 +79,8 @@ log = logging.getLogger("agents.supervisor")
 
 Emit = Callable[[WorkerReport], None]
 STATS_INTERVAL_S = 1.0
+SPARE_START_FAILURES = 3
+"""Consecutive spares that die before becoming ready: stop starting spares (fresh processes only)."""
 
 
 def _ts(t: float) -> datetime:
@@ -119,6 +134,8 @@ class Worker:
         self.computes: list[float] = []
         self.first_it: int | None = None
         self.last_it: int | None = None
+        self.first_iteration = asyncio.Event()
+        """Set when the worker completed its first iteration (a warm spare's replacement waits)."""
         self.mbs = 0
         self.tokens = 0
         self.flops = 0.0
@@ -185,6 +202,35 @@ class Worker:
         return text
 
 
+@dataclass
+class Spare:
+    """A warm spare worker process (:mod:`agents.training.spare`) owned by the supervisor."""
+
+    proc: asyncio.subprocess.Process
+    log_path: Path
+    started: float
+    writer: asyncio.StreamWriter | None = None
+    """Its hook connection; set when it announced itself ready."""
+    ready_s: float | None = None
+    """Seconds its imports took (reported by the spare)."""
+    rss_kb: int = 0
+    """Its resident memory when it became ready."""
+    assigned: bool = False
+
+    @property
+    def pid(self) -> int:
+        return int(self.proc.pid)
+
+    @property
+    def ready(self) -> bool:
+        return (
+            self.writer is not None
+            and not self.assigned
+            and self.proc.returncode is None
+            and not self.writer.is_closing()
+        )
+
+
 class TaskGroup:
     def __init__(
         self, spec: WorkerSpec, cfg: MonitorConfig, workers: dict[int, Worker] | None = None
@@ -224,9 +270,13 @@ class Supervisor:
         worker_env: dict[str, str] | None = None,
         node: str = "",
         elastic_wait_s: float = 0.0,
+        spares: int = 0,
+        spare_refill_s: float = 10.0,
     ) -> None:
         """``elastic_wait_s`` > 0: elastic mode (workers survive collective errors and wait this long
-        for a transition order; transitions reuse live processes)."""
+        for a transition order; transitions reuse live processes). ``spares``: warm spare worker
+        processes to keep (real workers only; 0: none); a used spare is replaced when its worker
+        finished its first iteration, or ``spare_refill_s`` after it was handed out."""
         self.emit_report = emit
         self.node = node
         self.elastic_wait_s = elastic_wait_s
@@ -245,15 +295,27 @@ class Supervisor:
         self._last_flush = time.time()
         self.drill: Callable[[str | None, FaultSpec], str] | None = None
         """Set by the agent: runs a fault drill (also node_loss) from the local drill CLI."""
+        self.spare_count = spares if worker_kind == "megatron" else 0
+        self.spare_refill_s = spare_refill_s
+        self.spares: dict[int, Spare] = {}
+        """Spare processes not yet handed out (starting or ready), by pid."""
+        self._spare_seq = 0
+        self._spare_failures = 0
+        self._refills = 0
+        """Refills scheduled and not yet started (they count toward ``spare_count``)."""
+        self._closing = False
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve_hook, path=str(self.socket_path))
         self._spawn(self._monitor_loop())
+        await self._fill_spares()
 
     async def close(self) -> None:
+        self._closing = True
         for group in list(self.groups.values()):
             await self.stop_group(group.spec.task_id, grace_s=0.0)
+        await self._kill_spares()
         for t in list(self._tasks):
             t.cancel()
         if self._server is not None:
@@ -273,6 +335,133 @@ class Supervisor:
         for g in self.groups.values():
             for w in g.workers.values():
                 w.signal(signal.SIGKILL)
+        for sp in self.spares.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(sp.pid, signal.SIGKILL)
+
+    # ------------------------------------------------------------------ warm spares
+    def _worker_base_env(self) -> dict[str, str]:
+        """What every worker process's environment has, whichever rank it runs."""
+        env = dict(os.environ)
+        env.update(
+            {
+                ENV_SOCKET: str(self.socket_path),
+                "OMP_NUM_THREADS": "1",
+                "MKL_NUM_THREADS": "1",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.worker_env)
+        return env
+
+    async def _fill_spares(self) -> None:
+        """Start spares until ``spare_count`` exist (counting scheduled refills)."""
+        while (
+            not self._closing
+            and self._spare_failures < SPARE_START_FAILURES
+            and len(self.spares) + self._refills < self.spare_count
+        ):
+            await self._start_spare()
+
+    async def _start_spare(self) -> None:
+        self._spare_seq += 1
+        log_path = self.run_dir / f"spare-{self._spare_seq}.log"
+        with open(log_path, "ab") as logf:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "agents.training.spare",
+                env=self._worker_base_env(),
+                stdout=logf,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_set_pdeathsig,
+            )
+        sp = Spare(proc=proc, log_path=log_path, started=time.time())
+        self.spares[sp.pid] = sp
+        self._write_spares()
+        self._spawn(self._watch_spare(sp))
+
+    async def _watch_spare(self, sp: Spare) -> None:
+        code = await sp.proc.wait()
+        if sp.assigned:
+            return  # its worker's own watcher reports the exit
+        self.spares.pop(sp.pid, None)
+        self._write_spares()
+        if self._closing:
+            return
+        if sp.writer is None:
+            self._spare_failures += 1
+        log.warning("spare %s exited (rc %s) before it was used; see %s", sp.pid, code, sp.log_path)
+        await self._fill_spares()
+
+    def _spare_ready(self, event: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        sp = self.spares.get(int(event["pid"]))
+        if sp is None:
+            log.warning("spare hello from unknown pid %s", event.get("pid"))
+            writer.close()
+            return
+        sp.writer = writer
+        sp.ready_s = float(event.get("ready_s", 0.0))
+        sp.rss_kb = int(event.get("rss_kb", 0)) or rss_kb(sp.pid)
+        self._spare_failures = 0
+        log.info("spare %s ready after %.2f s (rss %d KiB)", sp.pid, sp.ready_s, sp.rss_kb)
+        self._write_spares()
+
+    def _take_spare(self) -> Spare | None:
+        for sp in list(self.spares.values()):
+            if sp.ready:
+                sp.assigned = True
+                self.spares.pop(sp.pid, None)
+                return sp
+        return None
+
+    async def _refill_after(self, w: Worker) -> None:
+        """Replace a used spare once its worker finished its first iteration (or left, or after
+        ``spare_refill_s``): the new spare's imports then do not slow the transition down."""
+        self._refills += 1
+        try:
+            waits = [asyncio.ensure_future(e.wait()) for e in (w.first_iteration, w.exited)]
+            try:
+                await asyncio.wait(waits, timeout=self.spare_refill_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in waits:
+                    t.cancel()
+        finally:
+            self._refills -= 1
+        await self._fill_spares()
+
+    def spare_info(self) -> list[dict[str, Any]]:
+        """Spares not yet handed out: pid, ready, import seconds, RSS (KiB, now)."""
+        return [
+            {
+                "pid": sp.pid,
+                "ready": sp.ready,
+                "ready_s": sp.ready_s,
+                "rss_kb": rss_kb(sp.pid) if sp.proc.returncode is None else 0,
+                "log": str(sp.log_path),
+            }
+            for sp in self.spares.values()
+        ]
+
+    def _write_spares(self) -> None:
+        """``RUN_DIR/spares.json``: the spares now (for operators, tests and benchmarks)."""
+        path = self.run_dir / "spares.json"
+        tmp = path.with_suffix(".json.tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps({"spares": self.spare_info(), "at": time.time()}))
+            tmp.replace(path)
+
+    async def _kill_spares(self) -> None:
+        spares = list(self.spares.values())
+        for sp in spares:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(sp.pid, signal.SIGKILL)
+        for sp in spares:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(sp.proc.wait(), timeout=5)
+        self.spares.clear()
+        self._write_spares()
 
     # ------------------------------------------------------------------ evidence
     def _report(
@@ -333,32 +522,38 @@ class Supervisor:
             transition=w.transition,
         )
         w.stack_file = self.run_dir / f"stack-{spec.task_id}-e{spec.epoch}-r{w.rank}.txt"
-        env = dict(os.environ)
-        env.update(
-            {
-                ENV_WORKER: assign.model_dump_json(),
-                ENV_SOCKET: str(self.socket_path),
-                ENV_STACK_FILE: str(w.stack_file),
-                ENV_RANK: str(w.rank),
-                ENV_ELASTIC_WAIT: str(self.elastic_wait_s),
-                "OMP_NUM_THREADS": "1",
-                "MKL_NUM_THREADS": "1",
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        env.update(self.worker_env)
+        rank_env = {
+            ENV_WORKER: assign.model_dump_json(),
+            ENV_STACK_FILE: str(w.stack_file),
+            ENV_RANK: str(w.rank),
+            ENV_ELASTIC_WAIT: str(self.elastic_wait_s),
+            **self.worker_env,
+        }
         log_path = self.run_dir / f"worker-{spec.task_id}-e{spec.epoch}-r{w.rank}.log"
-        with open(log_path, "ab") as logf:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "agents.training.worker",
-                env=env,
-                stdout=logf,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_set_pdeathsig,
-            )
+        spare = self._take_spare()
+        if spare is not None and spare.writer is not None:
+            # Register the pid first: the worker's hello on this connection binds it to ``w``.
+            proc = spare.proc
+            self._by_pid[proc.pid] = w
+            msg = {"assign": {"env": rank_env, "log": str(log_path)}}
+            spare.writer.write((json.dumps(msg) + "\n").encode())
+            log.info("rank %s of %s epoch %s: warm spare %s", w.rank, spec.task_id, spec.epoch, proc.pid)
+            self._write_spares()
+            self._spawn(self._refill_after(w))
+        else:
+            env = self._worker_base_env()
+            env.update(rank_env)
+            with open(log_path, "ab") as logf:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "agents.training.worker",
+                    env=env,
+                    stdout=logf,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_set_pdeathsig,
+                )
         w.proc = proc
         w.pid = proc.pid
         self._by_pid[proc.pid] = w
@@ -413,6 +608,10 @@ class Supervisor:
                     if event.get("ev") == "drill":
                         await self._serve_drill(event, writer)
                         return
+                    if event.get("ev") == "spare":
+                        # A warm spare: the connection stays unbound until its worker says hello.
+                        self._spare_ready(event, writer)
+                        continue
                     if event.get("ev") != "hello":
                         continue
                     w = self._by_pid.get(int(event["pid"]))
@@ -475,6 +674,7 @@ class Supervisor:
         it, dur, phase = int(ev["it"]), float(ev["dur"]), str(ev.get("phase", "train"))
         compute = float(ev.get("compute", dur))
         w.iter_start = None
+        w.first_iteration.set()
         w.monitor.observe(dur, phase)
         if w.first_it is None:
             w.first_it = it

@@ -370,6 +370,28 @@ class TaskDriver:
         await self.c.wait_for(reached, timeout)
 
 
+def spares(run_dir: Path) -> list[dict[str, Any]]:
+    """The agent's warm spares now (``RUN_DIR/spares.json``, written by the supervisor)."""
+    import json
+
+    try:
+        return list(json.loads((run_dir / "spares.json").read_text())["spares"])
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+async def wait_spare(run_dir: Path, exclude: set[int] | None = None, timeout: float = 120) -> dict[str, Any]:
+    """Until the agent has a ready spare whose pid is not in ``exclude``; returns its entry."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ready = [s for s in spares(run_dir) if s["ready"] and s["pid"] not in (exclude or set())]
+        if ready:
+            return ready[0]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no ready spare in {run_dir} within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
 def load_state(dump: Path, iteration: int | str, rank: int, epoch: int | None = None) -> Any:
     """A worker's state dump (``UNICRON_STATE_DUMP``): after ``iteration`` (newest epoch that ran it),
     or ``iteration="migrated"`` with ``epoch``: right after that epoch's state migration."""

@@ -101,14 +101,19 @@ class TrainingHook:
             self._send({"ev": "hello", "rank": rank, "pid": os.getpid()})
 
     @classmethod
-    def from_env(cls) -> TrainingHook:
+    def from_env(cls, sock: socket.socket | None = None, buffered: bytes = b"") -> TrainingHook:
+        """Connect to the agent named by the environment, or use ``sock``: a warm spare's connection
+        (:mod:`agents.training.spare`), with ``buffered`` bytes it has already read past its
+        assignment."""
         path = os.environ.get(ENV_SOCKET)
         rank = int(os.environ.get(ENV_RANK, "0"))
-        sock = None
-        if path:
+        if sock is None and path:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.connect(path)
-        return cls(sock, rank, os.environ.get(ENV_STACK_FILE))
+        hook = cls(sock, rank, os.environ.get(ENV_STACK_FILE))
+        if buffered:
+            hook._take(buffered)
+        return hook
 
     @property
     def enabled(self) -> bool:

@@ -71,6 +71,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -164,7 +165,9 @@ class _OrderReceived(Exception):
         self.order = order
 
 
-def train(assign: WorkerAssignment) -> None:
+def train(assign: WorkerAssignment, sock: socket.socket | None = None, buffered: bytes = b"") -> None:
+    """Run one rank. ``sock``: an already connected hook socket (a warm spare's, see
+    :mod:`agents.training.spare`) with ``buffered`` bytes already read from it; None: connect."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
@@ -172,7 +175,7 @@ def train(assign: WorkerAssignment) -> None:
     on_gpu = torch.cuda.is_available()
     from agents.training.hook import TrainingHook
 
-    hook = TrainingHook.from_env()  # hook
+    hook = TrainingHook.from_env(sock, buffered)  # hook
     hook.epoch = assign.epoch  # hook
     with hook.guard():  # hook
         if on_gpu:
@@ -825,12 +828,16 @@ class Trainer:
 
 
 def main() -> None:
-    raw = os.environ.get(ENV_WORKER)
+    run_assignment(os.environ.get(ENV_WORKER, ""))
+
+
+def run_assignment(raw: str, sock: socket.socket | None = None, buffered: bytes = b"") -> None:
+    """The worker process from its assignment JSON to its exit (fresh process or warm spare)."""
     if not raw:
         print(f"{ENV_WORKER} is not set: the worker is started by the agent", file=sys.stderr)
         os._exit(2)
     assign = WorkerAssignment.model_validate_json(raw)
-    train(assign)
+    train(assign, sock, buffered)
     sys.stdout.flush()
     sys.stderr.flush()
     reap_children()
