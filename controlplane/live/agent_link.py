@@ -56,6 +56,7 @@ from controlplane.apps.fleet.services import (
     do_count_device_error,
     do_mark_command_sent,
     do_record_agent_heartbeat,
+    do_record_snapshots,
     do_requeue_unacked_commands,
     do_set_device_state,
     do_set_node_state,
@@ -77,6 +78,7 @@ from controlplane.core.protocol import (
     AgentEnvelope,
     CoordinatorEnvelope,
     DeviceInfo,
+    Heartbeat,
     Hello,
     IterationStats,
     ProtocolError,
@@ -162,6 +164,9 @@ def apply_hello(node_id: int, hello: Hello) -> str:
         agent_version=hello.agent_version,
         last_heartbeat_at=timezone.now(),
         address=node.address or hello.hostname[:255],
+    )
+    do_record_snapshots(
+        node.pk, [s.model_dump(mode="json") for s in hello.snapshots], hello.snapshot_endpoint or ""
     )
     node = _bring_back(node, "agent said hello")
     do_requeue_unacked_commands(node)
@@ -501,6 +506,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     _seq: int = 0
     _superseded: bool = False
     _impersonations: set[str]
+    _snapshots: list[dict[str, Any]] | None = None
 
     @property
     def _node_id(self) -> int:
@@ -593,6 +599,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             )
             return
         self.session = envelope.session
+        self._snapshots = [s.model_dump(mode="json") for s in hello.snapshots]
         state = await _db(apply_hello)(self._node_id, hello)
         log.info(
             "agent %s hello: %d devices, session %s, node %s",
@@ -605,6 +612,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def _on_heartbeat(self, envelope: AgentEnvelope) -> None:
         state = await _db(do_record_agent_heartbeat)(self._node_id)
+        snapshots = [s.model_dump(mode="json") for s in cast(Heartbeat, envelope.message).snapshots]
+        if snapshots != self._snapshots:  # written only when the list changes: the 1 Hz path stays cheap
+            self._snapshots = snapshots
+            await _db(do_record_snapshots)(self._node_id, snapshots)
         if state is None:  # the node was deleted under us
             await self.close(code=CLOSE_UNAUTHORIZED)
         elif state in (NodeState.SUSPECT, NodeState.LOST, NodeState.JOINING):

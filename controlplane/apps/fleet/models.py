@@ -18,6 +18,12 @@ class Node(models.Model):
     )
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=64, blank=True)
+    snapshot_endpoint = models.CharField(
+        max_length=255, blank=True, help_text="host:port where the agent serves in-memory snapshots."
+    )
+    snapshots = models.JSONField(
+        default=list, blank=True, help_text="In-memory snapshots the agent holds (last hello/heartbeat)."
+    )
     token_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -112,6 +112,14 @@ def do_record_agent_heartbeat(node_id: int) -> str | None:
     return None if row is None else str(row[0])
 
 
+def do_record_snapshots(node_id: int, snapshots: list[dict[str, Any]], endpoint: str | None = None) -> None:
+    """The in-memory snapshots a node's agent holds (state sources for transitions, DESIGN §7)."""
+    fields: dict[str, Any] = {"snapshots": snapshots}
+    if endpoint is not None:
+        fields["snapshot_endpoint"] = endpoint
+    Node.objects.filter(pk=node_id).update(**fields)
+
+
 def check_drain_node(node: Node) -> None:
     if node.state not in DRAINABLE_NODE_STATES:
         raise Conflict(f"Node {node.name} is {node.state} and cannot be drained.")

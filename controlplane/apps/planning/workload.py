@@ -74,7 +74,7 @@ from controlplane.core.protocol import (
     StateSource,
     WorkerLaunch,
 )
-from controlplane.core.transitions.migration import LiveShard, NewRank, choose_state_sources
+from controlplane.core.transitions.migration import LiveShard, NewRank, SnapshotCopy, choose_state_sources
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +415,7 @@ def _state_sources(
     layout: Layout,
     held: Sequence[HeldDevice],
     alive: set[int],
+    view: ClusterView | None = None,
 ) -> tuple[list[StateSource], int]:
     """Nearest-principle sources per new rank (``core.transitions``), and the planned rollback."""
     old = task.parallel_config or {}
@@ -426,6 +427,7 @@ def _state_sources(
             dp = int(old.get("dp", 1))
             pp_rank = h.rank // (old_layout[0] * dp)
             live.append(LiveShard(h.rank, h.slot.node, h.slot.index, tp_rank, pp_rank))
+    snapshots = snapshot_copies(task, view, old_layout) if view is not None else []
     interval = int(settings.UNICRON_CHECKPOINT_INTERVAL)
     done = int(task.iteration) + 1 if task.iteration or live else int(task.iteration)
     ckpt = (done // interval) * interval - 1 if interval and done >= interval else None
@@ -435,10 +437,41 @@ def _state_sources(
         old_layout=old_layout,
         live=live,
         live_iteration=done if live else None,
+        snapshots=snapshots,
         checkpoint_iteration=ckpt,
         checkpoint_path=_checkpoint_dir(task) if ckpt is not None else None,
     )
     return list(plan.sources), plan.rollback_iterations
+
+
+def snapshot_copies(
+    task: TrainingTask, view: ClusterView, old_layout: tuple[int, int] | None
+) -> list[SnapshotCopy]:
+    """Complete in-memory snapshots of ``task`` on usable nodes (as their agents last listed them).
+
+    A node's copy is complete when the shards it holds (its own ranks' and the replicas it keeps for a
+    peer) cover every ``(tp_rank, pp_rank)`` of the current layout at one iteration; only snapshots of
+    the current epoch are taken (their ranks follow the current layout)."""
+    cfg = task.parallel_config or {}
+    if old_layout is None or not cfg.get("dp"):
+        return []
+    tp, pp, dp = old_layout[0], old_layout[1], int(cfg["dp"])
+    needed = {(t, p) for t in range(tp) for p in range(pp)}
+    out = []
+    for name in view.usable_nodes:
+        node = view.nodes_by_name[name]
+        held: dict[int, set[tuple[int, int]]] = {}
+        for info in node.snapshots or []:
+            if not isinstance(info, dict) or info.get("task_id") != str(task.pk):
+                continue
+            if int(info.get("epoch", -1)) != task.epoch:
+                continue
+            shards = held.setdefault(int(info.get("iteration", 0)), set())
+            shards.update((int(r) % tp, int(r) // (tp * dp)) for r in info.get("ranks", []))
+        for iteration, shards in held.items():
+            if needed <= shards:
+                out.append(SnapshotCopy(name, iteration, tp, pp, endpoint=node.snapshot_endpoint or None))
+    return out
 
 
 def start_transition(
@@ -467,7 +500,7 @@ def start_transition(
             for p in placements
             if p.device in old_by_device and old_by_device[p.device] in alive
         )
-    sources, rollback = _state_sources(task, placements, layout, held, alive)
+    sources, rollback = _state_sources(task, placements, layout, held, alive, view)
     port = next_rendezvous_port()
     rank0_node = view.nodes_by_name[placements[0].device.node]
     by_node: dict[str, list[RankPlacement]] = {}
