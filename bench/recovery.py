@@ -426,9 +426,10 @@ def failure_rows(faults: list[Fault], t1: float) -> list[dict[str, Any]]:
     from controlplane.apps.incidents.models import FailureEvent
     from controlplane.apps.planning.models import Transition
 
-    out = []
+    out: list[dict[str, Any]] = []
     for i, f in enumerate(faults):
         if not f.at:
+            out.append({"fault": dict(f.__dict__), "events": []})
             continue
         end = faults[i + 1].at if i + 1 < len(faults) and faults[i + 1].at else t1
         lo = datetime.fromtimestamp(f.at - 0.5, UTC)
@@ -479,7 +480,7 @@ def failure_rows(faults: list[Fault], t1: float) -> list[dict[str, Any]]:
                     "transitions": trs,
                 }
             )
-        out.append({"fault": f.__dict__, "events": evs})
+        out.append({"fault": dict(f.__dict__), "events": evs})
     return out
 
 
@@ -737,10 +738,14 @@ def run_baseline(
             "baseline: failure-free iteration time "
             + ", ".join(f"{n} {v:.3f} s" for n, v in res.t_ff.items())
         )
-        faults = [
-            Fault(f["index"], f["kind"], f["offset_s"], f["task"], f["rank"], f["node"])
-            for f in (r["fault"] for r in ours_faults)
-        ] or schedule(args)
+        # the same drills at the same offsets; the target ours chose where it had one
+        chosen = {r["fault"]["index"]: r["fault"] for r in ours_faults}
+        faults = []
+        for f in schedule(args):
+            c = chosen.get(f.index)
+            if c is not None:
+                f.task, f.rank, f.node = c["task"], c["rank"], c["node"]
+            faults.append(f)
         t0 = time.time()
         start_pos = positions()
         relaunch: dict[str, float] = {}
@@ -795,6 +800,9 @@ def inject_baseline(
     from controlplane.core.protocol import FaultSpec
 
     if f.kind == "node_loss":
+        if not f.node:  # ours had no target: the node of the highest rank of the largest task
+            lt = max(layouts.values(), key=lambda x: len(x.nodes))
+            f.node = lt.nodes[-1]
         hit = [n for n, lt in layouts.items() if f.node in lt.nodes]
         for n in hit:
             if n in jobs:
@@ -910,7 +918,7 @@ def write_report(
         )
         lines.append(
             f"- {f['offset_s']:.0f} s {f['kind']} on {f['task']} rank {f['rank']} ({f['node']}): "
-            f"{evs or 'no event'}"
+            f"{evs or 'no event'} {f.get('note', '')}"
         )
     if base:
         lines += ["", "Baseline drills:", ""]
