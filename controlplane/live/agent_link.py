@@ -170,7 +170,60 @@ def apply_hello(node_id: int, hello: Hello) -> str:
     )
     node = _bring_back(node, "agent said hello")
     do_requeue_unacked_commands(node)
+    _report_missing_workers(node, hello)
     return node.state
+
+
+_MISSING_NS = uuid.UUID("3b0f6f3e-5f0e-4d7e-9d55-1c2a4b8e7f21")
+
+
+def _report_missing_workers(node: Node, hello: Hello) -> None:
+    """An agent that restarted (a new process) lost its workers — and the reports it had not sent. A
+    rank the node should run at its task's current epoch (that epoch's transition completed, so it
+    was running) but that the hello does not list becomes a failure event, as process supervision
+    would have reported it."""
+    listed = {(w.task_id, w.epoch, w.rank) for w in hello.workers}
+    allocations = Allocation.objects.filter(
+        active=True, device__node=node, task__state__in=["running", "reconfiguring"]
+    ).select_related("task", "device")
+    for a in allocations:
+        task = a.task
+        if a.epoch != task.epoch or (str(task.pk), task.epoch, a.rank) in listed:
+            continue
+        if task.transitions.filter(epoch=task.epoch).exclude(state="completed").exists():
+            continue  # still being started: its commands may not have reached this agent yet
+        evidence = failures.Evidence(
+            detector=failures.DetectorKind.PROCESS_EXIT,
+            node=node.name,
+            device=a.device.index,
+            task_id=str(task.pk),
+            message="worker not running after the agent reconnected (agent restart)",
+            occurred_at=timezone.now().timestamp(),
+        )
+        c = failures.classify(evidence)
+        report_id = uuid.uuid5(_MISSING_NS, f"{task.pk}:{task.epoch}:{a.rank}:{hello.hostname}:{node.pk}")
+        stored, created = do_record_failure_event(
+            FailureReport(
+                detector=incident_choices.Detector.PROCESS_SUPERVISION,
+                kind="worker_missing",
+                severity=incident_choices.Severity(c.severity.value),
+                occurred_at=timezone.now(),
+                action=ACTION_FOR[c.action],
+                summary=f"rank {a.rank} missing after the agent of {node.name} reconnected: {c.reason}",
+                evidence={
+                    "report": {"rank": a.rank, "event": {"kind": "missing"}},
+                    "core": _evidence_json(evidence),
+                    "classification": _classification_json(c),
+                },
+                report_id=report_id,
+                node=node,
+                device=a.device,
+                task=task,
+            )
+        )
+        if created:
+            FailureEvent.objects.filter(pk=stored.pk).update(task_epoch=task.epoch)
+            request_failure_handling(stored.pk)
 
 
 def _bring_back(node: Node, reason: str) -> Node:
