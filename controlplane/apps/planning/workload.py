@@ -71,10 +71,12 @@ from controlplane.core.protocol import (
     RankAssignment,
     RankMapping,
     Rendezvous,
+    SnapshotInfo,
     StateSource,
     WorkerLaunch,
 )
 from controlplane.core.transitions.migration import LiveShard, NewRank, SnapshotCopy, choose_state_sources
+from controlplane.core.transitions.snapshots import complete_snapshot_copies
 
 log = logging.getLogger(__name__)
 
@@ -447,31 +449,27 @@ def _state_sources(
 def snapshot_copies(
     task: TrainingTask, view: ClusterView, old_layout: tuple[int, int] | None
 ) -> list[SnapshotCopy]:
-    """Complete in-memory snapshots of ``task`` on usable nodes (as their agents last listed them).
-
-    A node's copy is complete when the shards it holds (its own ranks' and the replicas it keeps for a
-    peer) cover every ``(tp_rank, pp_rank)`` of the current layout at one iteration; only snapshots of
-    the current epoch are taken (their ranks follow the current layout)."""
+    """Complete in-memory snapshots of ``task`` on usable nodes, as their agents last listed them
+    (``core.transitions.complete_snapshot_copies``); only the current epoch's layout is known here,
+    so only its snapshots count."""
     cfg = task.parallel_config or {}
     if old_layout is None or not cfg.get("dp"):
         return []
-    tp, pp, dp = old_layout[0], old_layout[1], int(cfg["dp"])
-    needed = {(t, p) for t in range(tp) for p in range(pp)}
-    out = []
+    held: dict[str, list[SnapshotInfo]] = {}
+    endpoints: dict[str, str] = {}
     for name in view.usable_nodes:
         node = view.nodes_by_name[name]
-        held: dict[int, set[tuple[int, int]]] = {}
-        for info in node.snapshots or []:
-            if not isinstance(info, dict) or info.get("task_id") != str(task.pk):
+        infos = []
+        for raw in node.snapshots or []:
+            try:
+                infos.append(SnapshotInfo.model_validate(raw))
+            except ValueError:
                 continue
-            if int(info.get("epoch", -1)) != task.epoch:
-                continue
-            shards = held.setdefault(int(info.get("iteration", 0)), set())
-            shards.update((int(r) % tp, int(r) // (tp * dp)) for r in info.get("ranks", []))
-        for iteration, shards in held.items():
-            if needed <= shards:
-                out.append(SnapshotCopy(name, iteration, tp, pp, endpoint=node.snapshot_endpoint or None))
-    return out
+        held[name] = infos
+        if node.snapshot_endpoint:
+            endpoints[name] = node.snapshot_endpoint
+    layouts = {task.epoch: (old_layout[0], old_layout[1], int(cfg["dp"]))}
+    return complete_snapshot_copies(str(task.pk), held, layouts, endpoints)
 
 
 def start_transition(
