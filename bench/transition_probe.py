@@ -15,6 +15,14 @@ is not included):
   load the newest dist_checkpointing checkpoint (no live state used; the rolled-back iterations are
   redone on top, shown as ``+redo``).
 
+Warm spares (:mod:`agents.training.spare`): two agents run side by side in the same run, one with a
+warm spare (``UNICRON_SPARES=1``, the default) and one without (``UNICRON_SPARES=0``).
+``restart_one`` and ``grow`` run on both; the rows without a spare are named ``*_no_spares``.
+``shrink`` starts no process (spare agent); ``baseline`` is torchrun-style, so it runs without spares.
+On the spare agent each scenario waits until the agent's spare is ready before the failure (or the
+grow) is triggered, so the crash fires at the first iteration start after that, not exactly at
+iteration ``CRASH_AT``. ``--no-spares`` runs only the agent without a spare (the previous probe).
+
 Start: ``detected_at`` of the first failure report the coordinator receives (the dead worker's exit
 from process supervision, or the survivor's exception: whichever is first). End: the
 TransitionReport's ``occurred_at`` of the last rank (sent when its first iteration completed).
@@ -35,7 +43,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.testing import TaskDriver, TestCoordinator, spawn_agent
+from agents.agent import ENV_SPARES
+from agents.testing import TaskDriver, TestCoordinator, spawn_agent, wait_spare
+from agents.testing import spares as read_spares
 from controlplane.core.protocol import (
     FaultSpec,
     ParallelConfig,
@@ -47,6 +57,9 @@ from controlplane.core.protocol import (
 from tests.agents.helpers import launch
 
 NODE = "probe"
+"""The agent with a warm spare."""
+COLD = "probe-cold"
+"""The agent without spares."""
 CRASH_AT = 30
 RESULTS = Path(__file__).resolve().parent / "results" / "transition_probe.json"
 
@@ -64,26 +77,28 @@ def _done(reports: list[WorkerReport]) -> tuple[float, list[TransitionReport]]:
 
 
 async def _failure_then(
-    d: TaskDriver, ckpt: Path | None, handle: str
+    d: TaskDriver, node: str, spares: Path | None, ckpt: Path | None, handle: str
 ) -> tuple[float, list[TransitionReport], float]:
     first = launch(dp=2, iterations=10**6, timeout_s=30)
     if ckpt is not None:
         first = first.model_copy(update={"checkpoint_dir": str(ckpt), "checkpoint_interval": 20})
-    await d.start(NODE, 1, first)
-    await d.inject(NODE, 1, FaultSpec(kind="crash", rank=1, at_iteration=CRASH_AT))
+    await d.start(node, 1, first)
+    if spares is not None:
+        await wait_spare(spares)  # the start used the spare; its replacement must be ready
+    await d.inject(node, 1, FaultSpec(kind="crash", rank=1, at_iteration=CRASH_AT))
     await d.c.wait_for(lambda: d.events("exception", 1), 120)
     t0 = _first_failure(d)
     prev = {"previous_epoch": 1, "previous_parallel": ParallelConfig(dp=2)}
     new: WorkerLaunch
     if handle == "shrink":
         new = launch(dp=1, iterations=10**6, timeout_s=30)
-        await d.reconfigure(NODE, 2, new, survivors={0: 0}, **prev)  # type: ignore[arg-type]
+        await d.reconfigure(node, 2, new, survivors={0: 0}, **prev)  # type: ignore[arg-type]
         n = 1
     elif handle == "restart_one":
         new = launch(dp=2, iterations=10**6, timeout_s=30).model_copy(
-            update={"state_sources": [StateSource(rank=1, kind="same_node", source_node=NODE, source_rank=0)]}
+            update={"state_sources": [StateSource(rank=1, kind="same_node", source_node=node, source_rank=0)]}
         )
-        await d.reconfigure(NODE, 2, new, survivors={0: 0}, **prev)  # type: ignore[arg-type]
+        await d.reconfigure(node, 2, new, survivors={0: 0}, **prev)  # type: ignore[arg-type]
         n = 2
     else:  # baseline: everything stops, every process relaunches, state from the checkpoint
         assert ckpt is not None
@@ -97,11 +112,11 @@ async def _failure_then(
                 ],
             }
         )
-        await d.reconfigure(NODE, 2, new, survivors={}, resume_iteration=CRASH_AT, **prev)  # type: ignore[arg-type]
+        await d.reconfigure(node, 2, new, survivors={}, resume_iteration=CRASH_AT, **prev)  # type: ignore[arg-type]
         n = 2
     t1, reps = _done(await d.wait_events("transition", n, epoch=2, timeout=120))
     median = _median_iteration(d)
-    await d.stop(NODE, 2, grace_s=1.0)
+    await d.stop(node, 2, grace_s=1.0)
     return t1 - t0, reps, median
 
 
@@ -110,19 +125,21 @@ def _median_iteration(d: TaskDriver) -> float:
     return statistics.median(meds) if meds else 0.0
 
 
-async def _grow(d: TaskDriver) -> tuple[float, list[TransitionReport], float]:
-    await d.start(NODE, 1, launch(dp=1, iterations=10**6, timeout_s=30))
+async def _grow(d: TaskDriver, node: str, spares: Path | None) -> tuple[float, list[TransitionReport], float]:
+    await d.start(node, 1, launch(dp=1, iterations=10**6, timeout_s=30))
     await d.wait_iteration(CRASH_AT)
+    if spares is not None:
+        await wait_spare(spares)
     new = launch(dp=2, iterations=10**6, timeout_s=30).model_copy(
-        update={"state_sources": [StateSource(rank=1, kind="same_node", source_node=NODE, source_rank=0)]}
+        update={"state_sources": [StateSource(rank=1, kind="same_node", source_node=node, source_rank=0)]}
     )
     t0 = time.time()
     await d.reconfigure(
-        NODE, 2, new, survivors={0: 0}, previous_epoch=1, previous_parallel=ParallelConfig(dp=1)
+        node, 2, new, survivors={0: 0}, previous_epoch=1, previous_parallel=ParallelConfig(dp=1)
     )
     t1, reps = _done(await d.wait_events("transition", 2, epoch=2, timeout=120))
     median = _median_iteration(d)
-    await d.stop(NODE, 2, grace_s=1.0)
+    await d.stop(node, 2, grace_s=1.0)
     return t1 - t0, reps, median
 
 
@@ -142,31 +159,67 @@ def _summary(reps: list[TransitionReport]) -> dict[str, Any]:
     }
 
 
-async def main(repeats: int) -> dict[str, Any]:
+SCENARIOS = (
+    # (row name, handling, runs on the agent with a spare)
+    ("shrink", "shrink", True),
+    ("restart_one", "restart_one", True),
+    ("restart_one_no_spares", "restart_one", False),
+    ("grow", "grow", True),
+    ("grow_no_spares", "grow", False),
+    ("baseline", "baseline", False),
+)
+"""With ``--no-spares`` every row runs on the agent without a spare (the ``*_no_spares`` rows are
+then the plain ones)."""
+
+
+async def main(repeats: int, spares: bool = True) -> dict[str, Any]:
     results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="transition-probe-") as tmp:
         async with TestCoordinator() as c:
-            agent = await spawn_agent(c.url, NODE, 2, Path(tmp) / "agent", hang_floor=5.0)
+            dirs = {NODE: Path(tmp) / "agent", COLD: Path(tmp) / "agent-cold"}
+            agents = {
+                node: await spawn_agent(
+                    c.url,
+                    node,
+                    2,
+                    dirs[node],
+                    hang_floor=5.0,
+                    extra_env={ENV_SPARES: "1" if node == NODE else "0"},
+                )
+                for node in ((NODE, COLD) if spares else (COLD,))
+            }
             try:
-                await c.wait_for(lambda: c.messages("hello", NODE), 60)
+                for node in agents:
+                    await c.wait_for(lambda node=node: c.messages("hello", node), 60)  # type: ignore[misc]
                 for i in range(repeats):
-                    for name in ("shrink", "restart_one", "grow", "baseline"):
+                    for name, handle, warm in SCENARIOS:
+                        if not spares:
+                            if name.endswith("_no_spares"):
+                                continue  # the plain rows run without a spare instead
+                            warm = False
+                        node = NODE if warm else COLD
+                        spare_dir = dirs[node] if warm else None
                         d = TaskDriver(c, task_id=f"{name}-{i}")
-                        if name == "grow":
-                            seconds, reps, med = await _grow(d)
+                        if spare_dir is not None:
+                            await wait_spare(spare_dir)
+                        if handle == "grow":
+                            seconds, reps, med = await _grow(d, node, spare_dir)
                         else:
-                            ckpt = Path(tmp) / f"ckpt-{i}" if name == "baseline" else None
-                            seconds, reps, med = await _failure_then(d, ckpt, name)
+                            ckpt = Path(tmp) / f"ckpt-{i}" if handle == "baseline" else None
+                            seconds, reps, med = await _failure_then(d, node, spare_dir, ckpt, handle)
                         row = {
                             "seconds": round(seconds, 4),
                             "median_iteration_s": round(med, 5),
+                            "warm_spare": warm,
                             **_summary(reps),
                         }
                         results.setdefault(name, []).append(row)
-                        print(f"{name:12s} run {i}: {seconds:7.3f} s  {row}", flush=True)
+                        print(f"{name:22s} run {i}: {seconds:7.3f} s  {row}", flush=True)
+                idle = [sp for sp in read_spares(dirs[NODE]) if sp["ready"]] if spares else []
             finally:
-                agent.kill()
-                await agent.wait()
+                for proc in agents.values():
+                    proc.kill()
+                    await proc.wait()
     table: dict[str, Any] = {}
     for name, rows in results.items():
         secs = [r["seconds"] for r in rows]
@@ -179,25 +232,40 @@ async def main(repeats: int) -> dict[str, Any]:
             "runs": rows,
         }
     base = table["baseline"]["median_s"] + table["baseline"]["redo_s"]
-    for name in ("shrink", "restart_one"):
-        table[name]["ratio_to_baseline"] = round(table[name]["median_s"] / base, 4)
-    return table
-
-
-def _print(table: dict[str, Any]) -> None:
-    print("\nscenario      median s   (runs)                      ratio to baseline (incl. its redo)")
     for name, row in table.items():
+        if name != "baseline":
+            row["ratio_to_baseline"] = round(row["median_s"] / base, 4)
+    return {
+        "scenarios": table,
+        "idle_spare": {
+            "rss_mib": [round(sp["rss_kb"] / 1024, 1) for sp in idle],
+            "import_s": [sp["ready_s"] for sp in idle],
+        },
+    }
+
+
+def _print(out: dict[str, Any]) -> None:
+    print(
+        "\nscenario               median s   (runs)                      ratio to baseline (incl. its redo)"
+    )
+    for name, row in out["scenarios"].items():
         extra = f"+redo {row['redo_s']:.3f} s" if row["redo_s"] else ""
         ratio = row.get("ratio_to_baseline", "")
-        print(f"{name:12s} {row['median_s']:8.3f}   {row['runs_s']!s:28s} {extra} {ratio}")
+        print(f"{name:22s} {row['median_s']:8.3f}   {row['runs_s']!s:28s} {extra} {ratio}")
+    print(f"idle spare: {out['idle_spare']}")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--no-spares",
+        action="store_true",
+        help="only the agent without a warm spare (default: both agents, rows *_no_spares without)",
+    )
     args = ap.parse_args()
-    out = asyncio.run(main(args.repeats))
+    out = asyncio.run(main(args.repeats, spares=not args.no_spares))
     _print(out)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"python": sys.version.split()[0], "scenarios": out}, indent=2) + "\n")
+    RESULTS.write_text(json.dumps({"python": sys.version.split()[0], **out}, indent=2) + "\n")
     print(f"wrote {RESULTS}")

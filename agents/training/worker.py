@@ -1,6 +1,8 @@
 """A real Megatron-Core GPT training worker (one process per device, one compute thread).
 
-Launched by the agent as ``python -m agents.training.worker`` with the environment:
+Launched by the agent as ``python -m agents.training.worker`` — or handed to a warm spare process
+that has already imported torch and Megatron-Core (:mod:`agents.training.spare`, which then calls
+:func:`run_assignment` on its hook connection) — with the environment:
 
 - ``UNICRON_WORKER``: JSON of :class:`WorkerAssignment` (task, epoch, rank, device, WorkerLaunch, and
   for a rank started by a transition the :class:`~agents.training.elastic.TransitionSpec`);
