@@ -548,9 +548,10 @@ CAVEATS = [
     "Ours is driven by the test coordinator (agents.testing), not by Django/Celery: the control plane's "
     "own latency (event row, handle_failure, replan, outbox) is not in these figures; bench/recovery.py "
     "measures the whole system.",
-    "restart and grow start a fresh Python process for the new rank (import of torch + megatron, model "
-    "build): on this 2-core machine that dominates our transition time. A standby process per device "
-    "(pre-imported) would remove most of it; it is not implemented.",
+    "restart and grow need a process for the new rank. The agent hands it a warm spare (a worker "
+    "process that already imported torch and megatron, UNICRON_SPARES, default 1) when it has one: "
+    "restart uses it; grow runs on a node whose agent has just come back, whose spare is usually not "
+    "warm yet when its Hello arrives, so grow still pays most of a process start (import + model build).",
     "The baseline restarts with zero queueing delay and checkpoints of a tiny model (dist_checkpointing "
     "save ~1.6 s, load ~0.04 s): on a real cluster its requeue, re-initialisation and checkpoint load "
     "are minutes (DESIGN §13), so these ratios are conservative for ours.",
@@ -559,7 +560,8 @@ CAVEATS = [
     "its rendezvous last-call timeout (default 30 s), so this is the favourable case for the baseline.",
     "The machine is shared with other jobs (load average above): absolute times vary run to run; ours "
     "and the baseline alternate round by round so both see similar load.",
-    "grow: our detection is the returning agent's Hello (agent start-up ~1-2 s, not counted in the "
+    "grow: our detection is the returning agent's Hello (agent start-up, 1-6 s here with its spare "
+    "starting alongside, not counted in the "
     "transition); the baseline's clock starts when the node is back (no agent to wait for).",
 ]
 
