@@ -157,24 +157,71 @@ LOOP_ENV = {
 
 
 @pytest.fixture(scope="session")
-def loop_server(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
-    """A daphne serving the project's ASGI application on the test database (one per session)."""
-    from channels.routing import get_default_application
-    from daphne.testing import DaphneProcess
-    from django.db import connections
+def loop_server(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[str]:
+    """A daphne serving the project's ASGI application on the test database (one per session).
 
-    process = DaphneProcess("127.0.0.1", get_default_application)
+    A separate process started from scratch, not a fork of pytest: a fork made after the in-process async
+    tests inherits asgiref's executor state without its threads, and the agent links then hang."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from django.conf import settings
+
+    from tests.e2e.loop import test_database_url
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     with django_db_blocker.unblock():
-        connections.close_all()  # the fork must not share the parent's database sockets
-        process.start()
-    if not process.ready.wait(timeout=30):
-        process.terminate()
-        raise RuntimeError("daphne did not start within 30 s")
+        db_url = test_database_url()
+    env = dict(
+        os.environ,
+        DATABASE_URL=db_url,
+        REDIS_URL=settings.REDIS_URL,
+        PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+        **LOOP_ENV,
+    )
+    log = open(tmp_path_factory.mktemp("daphne") / "daphne.log", "ab")  # noqa: SIM115 - owned by the child
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "controlplane.config.asgi:application",
+        ],
+        cwd=str(Path(__file__).resolve().parents[2]),
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"daphne exited with code {process.returncode} during start-up (see {log.name})"
+            )
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            break
+        if time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("daphne did not start within 60 s")
+        time.sleep(0.2)
     try:
-        yield f"ws://127.0.0.1:{process.port.value}/ws/agent/"
+        yield f"ws://127.0.0.1:{port}/ws/agent/"
     finally:
         process.terminate()
-        process.join(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
 
 
 @pytest.fixture
