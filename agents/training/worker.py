@@ -600,7 +600,16 @@ class Trainer:
             path: Path | None = None
             it_done: int | None = None
             if mine is not None and mine.kind == "checkpoint" and mine.path:
-                path, it_done = Path(mine.path), mine.iteration
+                # The source names the task's checkpoint root and the iteration wanted: load that
+                # iteration's directory when it exists, else the newest complete one.
+                root = Path(mine.path)
+                wanted = root / f"iter_{mine.iteration:07d}" if mine.iteration is not None else None
+                if wanted is not None and wanted.is_dir():
+                    path, it_done = wanted, mine.iteration
+                elif (found := _latest_checkpoint(root)) is not None:
+                    it_done, path = found
+                elif (root / "metadata.json").exists():  # a checkpoint directory itself
+                    path, it_done = root, mine.iteration
             elif launch.checkpoint_dir and (found := _latest_checkpoint(Path(launch.checkpoint_dir))):
                 it_done, path = found
             if path is not None and it_done is not None:

@@ -395,6 +395,15 @@ def suspend(
     return t
 
 
+def _saved_checkpoint_iteration(root: Path) -> int | None:
+    """The iteration of the newest complete checkpoint under ``root`` (its ``latest`` marker), or None."""
+    try:
+        it = int((root / "latest").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return it if (root / f"iter_{it:07d}").is_dir() else None
+
+
 def _checkpoint_dir(task: TrainingTask) -> str:
     return str(Path(str(settings.UNICRON_CHECKPOINT_ROOT)) / f"task-{task.pk}")
 
@@ -433,6 +442,11 @@ def _state_sources(
     interval = int(settings.UNICRON_CHECKPOINT_INTERVAL)
     done = int(task.iteration) + 1 if task.iteration or live else int(task.iteration)
     ckpt = (done // interval) * interval - 1 if interval and done >= interval else None
+    root = Path(_checkpoint_dir(task))
+    if root.parent.is_dir():
+        # The checkpoint storage is visible here (shared storage, or one machine): trust what was
+        # really saved, not the interval (a save can be skipped, fail, or still be in flight).
+        ckpt = _saved_checkpoint_iteration(root)
     plan = choose_state_sources(
         [NewRank(p.rank, p.device.node, p.device.index, p.tp_rank, p.pp_rank) for p in placements],
         new_layout=(layout.tp, layout.pp),
