@@ -225,7 +225,10 @@ def _act(primary: FailureEvent, absorbed: list[FailureEvent], task: TrainingTask
             _link(everything, t)
             return f"retry in place: transition {t.pk}"
     elif primary.severity == Severity.SEV2:
-        t = restart_in_place(task, primary, _failed_ranks(everything), TransitionKind.RESTART)
+        # Only the ranks that failed themselves restart: a peer's sev3 "connection reset / closed by
+        # peer" absorbed here is that peer seeing the failure, and it stays in place as a survivor.
+        failed = _failed_ranks([e for e in everything if e.severity != Severity.SEV3])
+        t = restart_in_place(task, primary, failed, TransitionKind.RESTART)
         if t is not None:
             _link(everything, t)
             return f"restart on the same devices: transition {t.pk}"
