@@ -1,6 +1,7 @@
 """Failure handling on rows: a peer's "connection reset" (sev3) and a crash (sev2) at the same epoch
-give one sev2 restart on the same devices: the crashed rank restarts, the peer that only saw the reset stays
-in place as a survivor (elastic workers outlive a collective error); evidence of an older epoch does nothing."""
+give one sev2 restart on the same devices: the crashed rank restarts, the peer that only saw the reset
+stays in place as a survivor (elastic workers outlive a collective error); evidence of an older epoch does
+nothing."""
 
 from __future__ import annotations
 
