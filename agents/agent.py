@@ -121,6 +121,7 @@ class Agent:
             outbox=self.outbox,
             heartbeat_s=cfg.heartbeat_s,
         )
+        self.supervisor.on_warm = self.client.beat_now  # the coordinator waits for it: say it at once
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------ link
@@ -137,6 +138,7 @@ class Agent:
             task_epochs=dict(self.commands.epochs),
             snapshot_endpoint=self.snapshots.endpoint if self.snapshots is not None else None,
             snapshots=self.snapshots.infos() if self.snapshots is not None else [],
+            warming=self.supervisor.warming,
         )
 
     def _heartbeat(self) -> Heartbeat:
@@ -145,6 +147,7 @@ class Agent:
             workers=self.supervisor.statuses(),
             pending_reports=len(self.outbox),
             snapshots=self.snapshots.infos() if self.snapshots is not None else [],
+            warming=self.supervisor.warming,
         )
 
     async def _on_message(self, env: CoordinatorEnvelope) -> None:

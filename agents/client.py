@@ -101,6 +101,12 @@ class CoordinatorClient:
         self.connections = 0
         self._ws: ClientConnection | None = None
         self._stop = False
+        self._beat_now = asyncio.Event()
+
+    def beat_now(self) -> None:
+        """Send the next heartbeat at once instead of at its tick (the agent's state changed in a way
+        the coordinator waits for, e.g. warming ended); the 1 s rhythm goes on from there."""
+        self._beat_now.set()
 
     def _envelope(self, message: Any) -> str:
         env = AgentEnvelope(
@@ -180,6 +186,7 @@ class CoordinatorClient:
 
     async def _heartbeats(self, ws: ClientConnection) -> None:
         next_t = time.monotonic()
+        self._beat_now.clear()  # the hello just sent carries the state of now
         while True:
             await ws.send(self._envelope(self.heartbeat()))
             marker = self.outbox.counter
@@ -191,7 +198,13 @@ class CoordinatorClient:
                 return
             self.outbox.confirm(marker)
             next_t += self.heartbeat_s
-            await asyncio.sleep(max(next_t - time.monotonic(), 0.0))
+            delay = next_t - time.monotonic()
+            if delay > 0 and not self._beat_now.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._beat_now.wait(), timeout=delay)
+            if self._beat_now.is_set():
+                self._beat_now.clear()
+                next_t = time.monotonic()
 
     async def _receiver(self, ws: ClientConnection) -> None:
         async for raw in ws:

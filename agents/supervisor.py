@@ -33,6 +33,12 @@ once the new worker has finished its first iteration (or after ``spare_refill_s`
 not compete with the transition for the CPU. No ready spare: a fresh process, as before. Spares are
 not workers: they appear in no status or heartbeat, and they are killed when the agent stops (and by
 PDEATHSIG when it dies). Their pids and RSS are listed in ``RUN_DIR/spares.json``.
+
+Warming (:attr:`Supervisor.warming`): from its start until the first spare is ready (or spare starts
+give up, or :data:`WARMING_MAX_S` passed) the supervisor is *warming*: a rank placed on this node now
+would start cold. The agent says so in Hello and Heartbeat, and the coordinator does not count a
+returning node as healthy (no new ranks there) until it is warm. Warming ends once, for good: a spare
+handed out later does not make the node warming again. ``on_warm`` is called when it ends.
 """
 
 from __future__ import annotations
@@ -81,6 +87,11 @@ Emit = Callable[[WorkerReport], None]
 STATS_INTERVAL_S = 1.0
 SPARE_START_FAILURES = 3
 """Consecutive spares that die before becoming ready: stop starting spares (fresh processes only)."""
+WARMING_MAX_S = 30.0
+"""An agent with spares reports ``warming`` (Hello/Heartbeat) until its first spare is ready, spare
+starts give up, or this long after the supervisor started, whichever comes first: the coordinator keeps
+a returning node ``joining`` meanwhile, and this bound keeps a node whose spares never get ready from
+staying out of service longer than that."""
 
 
 def _ts(t: float) -> datetime:
@@ -304,11 +315,21 @@ class Supervisor:
         self._refills = 0
         """Refills scheduled and not yet started (they count toward ``spare_count``)."""
         self._closing = False
+        self.started_at: float | None = None
+        """``time.monotonic()`` when :meth:`start` ran (the warming bound counts from it)."""
+        self.warming_max_s = WARMING_MAX_S
+        self._warm = self.spare_count == 0
+        """Warming is over (latched; see :attr:`warming`)."""
+        self.on_warm: Callable[[], None] | None = None
+        """Set by the agent: called once when warming ends (it sends a heartbeat at once)."""
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        self.started_at = time.monotonic()
         self._server = await asyncio.start_unix_server(self._serve_hook, path=str(self.socket_path))
         self._spawn(self._monitor_loop())
+        if not self._warm:
+            self._spawn(self._warming_bound())
         await self._fill_spares()
 
     async def close(self) -> None:
@@ -340,6 +361,31 @@ class Supervisor:
                 os.killpg(sp.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------ warm spares
+    @property
+    def warming(self) -> bool:
+        """Spares are configured and none has been ready yet since the start (spare starts have not
+        given up and :data:`WARMING_MAX_S` has not passed). False for good once it was False."""
+        if self._warm:
+            return False
+        if self._spare_failures >= SPARE_START_FAILURES:
+            self._end_warming("spare starts gave up")
+        elif self.started_at is not None and time.monotonic() - self.started_at >= self.warming_max_s:
+            self._end_warming(f"no spare ready after {self.warming_max_s:.0f} s")
+        return not self._warm
+
+    def _end_warming(self, why: str) -> None:
+        if self._warm:
+            return
+        self._warm = True
+        since = time.monotonic() - self.started_at if self.started_at is not None else 0.0
+        log.info("warming over after %.2f s: %s", since, why)
+        if self.on_warm is not None:
+            self.on_warm()
+
+    async def _warming_bound(self) -> None:
+        await asyncio.sleep(self.warming_max_s)
+        _ = self.warming  # ends it (and tells the agent) if nothing else did
+
     def _worker_base_env(self) -> dict[str, str]:
         """What every worker process's environment has, whichever rank it runs."""
         env = dict(os.environ)
@@ -392,6 +438,8 @@ class Supervisor:
             return
         if sp.writer is None:
             self._spare_failures += 1
+            if self._spare_failures >= SPARE_START_FAILURES:
+                self._end_warming("spare starts gave up")
         log.warning("spare %s exited (rc %s) before it was used; see %s", sp.pid, code, sp.log_path)
         await self._fill_spares()
 
@@ -407,6 +455,7 @@ class Supervisor:
         self._spare_failures = 0
         log.info("spare %s ready after %.2f s (rss %d KiB)", sp.pid, sp.ready_s, sp.rss_kb)
         self._write_spares()
+        self._end_warming(f"spare {sp.pid} ready")
 
     def _take_spare(self) -> Spare | None:
         for sp in list(self.spares.values()):

@@ -12,8 +12,12 @@ synchronous handler that persists it through the services (run with ``database_s
   ``node`` is not the authenticated node is refused (``unauthorized``), logged and audited.
 - ``hello`` (must come first): device inventory upserted, node → healthy (a lost node re-joins),
   commands that were sent but never acknowledged go back to pending, then every pending command is
-  sent in order.
-- ``heartbeat``: one ``UPDATE … RETURNING state``; only a node that is not healthy costs more.
+  sent in order. A joining (or lost) node whose agent says ``warming`` (its warm spare workers are
+  still starting: a rank placed there now would start cold) stays ``joining`` — the planner places
+  nothing on it — until a heartbeat says ``warming: false``; a suspect node (same agent, link blip)
+  becomes healthy at once either way.
+- ``heartbeat``: one ``UPDATE … RETURNING state``; only a node that is not healthy costs more (a
+  joining node whose agent is still warming costs nothing more).
 - ``worker_report``: failure evidence → classified :class:`FailureEvent` (idempotent by
   ``report_id``) with the report's epoch; evidence of the task's *current* epoch enqueues
   ``incidents.handle_failure`` after the settle window, older epochs are recorded but never acted on
@@ -22,7 +26,8 @@ synchronous handler that persists it through the services (run with ``database_s
   iteration counts toward the task's completion.
 - ``ack``: the outbox row is acknowledged (duplicates are harmless); a transition's command enqueues
   ``planning.advance_transition``.
-- a node that comes back (hello / heartbeat after suspect or lost) triggers a re-plan.
+- a node that comes back (hello / heartbeat after suspect or lost, once its agent is not warming)
+  triggers a re-plan.
 - **disconnect**: the node becomes suspect at once; the health watchdog
   (``fleet.check_node_health``) declares it lost if no heartbeat arrives within
   ``UNICRON_LOST_AFTER_S`` of the last one.
@@ -168,7 +173,7 @@ def apply_hello(node_id: int, hello: Hello) -> str:
     do_record_snapshots(
         node.pk, [s.model_dump(mode="json") for s in hello.snapshots], hello.snapshot_endpoint or ""
     )
-    node = _bring_back(node, "agent said hello")
+    node = _bring_back(node, "agent said hello", warming=hello.warming)
     do_requeue_unacked_commands(node)
     _report_missing_workers(node, hello)
     return node.state
@@ -226,11 +231,19 @@ def _report_missing_workers(node: Node, hello: Hello) -> None:
             request_failure_handling(stored.pk)
 
 
-def _bring_back(node: Node, reason: str) -> Node:
+def _bring_back(node: Node, reason: str, warming: bool = False) -> Node:
     """A node that shows signs of life: lost → joining → healthy, joining/suspect → healthy. Isolated and
-    draining nodes stay where the operator put them."""
+    draining nodes stay where the operator put them.
+
+    ``warming``: the agent's warm spares are still starting, so a rank placed there now would start
+    cold; a lost or joining node then stops at ``joining`` (no new ranks, no ``node_joined`` re-plan)
+    until a heartbeat says the agent is warm (the agent bounds warming, ``agents.supervisor.
+    WARMING_MAX_S``). A suspect node keeps its workers and its agent: healthy at once."""
     if node.state == NodeState.LOST:
         node = do_set_node_state(node, NodeState.JOINING, reason)
+    if node.state == NodeState.JOINING and warming:
+        log.info("node %s stays joining: its agent is warming (%s)", node.name, reason)
+        return node
     if node.state in (NodeState.JOINING, NodeState.SUSPECT):
         node = do_set_node_state(node, NodeState.HEALTHY, reason)
         request_replan("node_joined")  # capacity came back: tasks may grow (a no-op plan otherwise)
@@ -238,10 +251,13 @@ def _bring_back(node: Node, reason: str) -> Node:
 
 
 @transaction.atomic
-def revive_node(node_id: int) -> str:
-    """A heartbeat arrived from a node that is not healthy (the watchdog thought it silent)."""
+def revive_node(node_id: int, warming: bool = False) -> str:
+    """A heartbeat arrived from a node that is not healthy (the watchdog thought it silent, or it is
+    joining and its agent just became warm)."""
     node = Node.objects.select_for_update().get(pk=node_id)
-    return _bring_back(node, "heartbeat resumed").state
+    return _bring_back(
+        node, "agent warm" if node.state == NodeState.JOINING else "heartbeat resumed", warming
+    ).state
 
 
 @transaction.atomic
@@ -664,15 +680,18 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         await self._send_pending()
 
     async def _on_heartbeat(self, envelope: AgentEnvelope) -> None:
+        heartbeat = cast(Heartbeat, envelope.message)
         state = await _db(do_record_agent_heartbeat)(self._node_id)
-        snapshots = [s.model_dump(mode="json") for s in cast(Heartbeat, envelope.message).snapshots]
+        snapshots = [s.model_dump(mode="json") for s in heartbeat.snapshots]
         if snapshots != self._snapshots:  # written only when the list changes: the 1 Hz path stays cheap
             self._snapshots = snapshots
             await _db(do_record_snapshots)(self._node_id, snapshots)
         if state is None:  # the node was deleted under us
             await self.close(code=CLOSE_UNAUTHORIZED)
-        elif state in (NodeState.SUSPECT, NodeState.LOST, NodeState.JOINING):
-            new = await _db(revive_node)(self._node_id)
+        elif state in (NodeState.SUSPECT, NodeState.LOST) or (
+            state == NodeState.JOINING and not heartbeat.warming  # joining and warming: nothing to do
+        ):
+            new = await _db(revive_node)(self._node_id, heartbeat.warming)
             log.info("agent %s: heartbeat while %s -> %s", self.node_name, state, new)
 
     async def _on_worker_report(self, envelope: AgentEnvelope) -> None:

@@ -108,7 +108,7 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
         ),
         seq=0,
     ),
-    "heartbeat": _agent(Heartbeat(uptime_s=12.5, workers=[STATUS], pending_reports=0)),
+    "heartbeat": _agent(Heartbeat(uptime_s=12.5, workers=[STATUS], pending_reports=0, warming=True)),
     "worker_report.started": _report(WorkerStarted(pid=4242), None),
     "worker_report.exited": _report(
         WorkerExited(exit_code=None, signal=9, signal_name="SIGKILL", expected=False), "process_supervision"

@@ -192,6 +192,12 @@ class SnapshotInfo(_Model):
     nbytes: int = Field(ge=0)
 
 
+_WARMING = "the agent's warm spare workers are still starting; a rank placed here now would start cold"
+"""Meaning of ``Hello.warming`` / ``Heartbeat.warming``. A returning node whose agent is warming stays
+``joining`` (no new ranks are placed on it) until a heartbeat says ``warming: false``; the agent ends
+warming when its first spare is ready, when spares give up, or after a bound (``agents.supervisor``)."""
+
+
 class Hello(_Model):
     """First frame of every connection: who the agent is and what it has."""
 
@@ -206,6 +212,7 @@ class Hello(_Model):
         default=None, description="host:port where this agent serves in-memory snapshots to peers"
     )
     snapshots: list[SnapshotInfo] = Field(default_factory=list, description="snapshots this agent holds")
+    warming: bool = Field(default=False, description=_WARMING)
 
 
 class Heartbeat(_Model):
@@ -216,6 +223,7 @@ class Heartbeat(_Model):
     workers: list[WorkerStatus] = Field(default_factory=list)
     pending_reports: int = Field(default=0, ge=0, description="reports buffered, not yet delivered")
     snapshots: list[SnapshotInfo] = Field(default_factory=list, description="snapshots this agent holds")
+    warming: bool = Field(default=False, description=_WARMING)
 
 
 class WorkerStarted(_Model):
