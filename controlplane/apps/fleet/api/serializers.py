@@ -5,8 +5,8 @@ from typing import Any
 from rest_framework import serializers
 
 from controlplane.apps.common.serializers import StrictInputSerializer
-from controlplane.apps.fleet.api.drills import FAULT_KINDS
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
+from controlplane.apps.fleet.services import FAULT_KINDS
 
 
 class DeviceSerializer(serializers.ModelSerializer[Device]):

@@ -9,7 +9,6 @@ from rest_framework.response import Response
 
 from controlplane.apps.accounts.roles import Role
 from controlplane.apps.common.viewsets import RoleGatedViewSet
-from controlplane.apps.fleet.api.drills import FaultDrill, do_inject_fault
 from controlplane.apps.fleet.api.serializers import (
     DeviceSerializer,
     InjectedFaultSerializer,
@@ -22,8 +21,10 @@ from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.fleet.selectors import list_devices, list_nodes
 from controlplane.apps.fleet.services import (
     DeviceSpec,
+    FaultDrill,
     do_clear_quarantine,
     do_drain_node,
+    do_inject_fault,
     do_register_node,
 )
 
