@@ -370,7 +370,7 @@ class Supervisor:
         if self._spare_failures >= SPARE_START_FAILURES:
             self._end_warming("spare starts gave up")
         elif self.started_at is not None and time.monotonic() - self.started_at >= self.warming_max_s:
-            self._end_warming(f"no spare ready after {self.warming_max_s:.0f} s")
+            self._end_warming(f"no spare ready after {self.warming_max_s:g} s")
         return not self._warm
 
     def _end_warming(self, why: str) -> None:

@@ -34,6 +34,8 @@ from controlplane.core.protocol import (
     AgentEnvelope,
     CoordinatorEnvelope,
     FaultSpec,
+    Heartbeat,
+    Hello,
     InjectFaultCommand,
     ParallelConfig,
     ProtocolViolation,
@@ -213,6 +215,33 @@ class TestCoordinator:
             for r in self.received
             if r.envelope.message.type == type_ and (node is None or r.envelope.node == node)
         ]
+
+    def heartbeats(self, node: str, since: float = 0.0) -> list[tuple[float, Heartbeat]]:
+        """The node's heartbeats that arrived at or after ``since``, with their arrival times."""
+        out = []
+        for r in self.messages("heartbeat", node):
+            if r.at >= since:
+                assert isinstance(r.envelope.message, Heartbeat)
+                out.append((r.at, r.envelope.message))
+        return out
+
+    def warm_at(self, node: str, since: float = 0.0) -> float | None:
+        """Arrival time of the node's first Hello or Heartbeat at or after ``since`` that does not say
+        ``warming`` (its agent's warm spares are ready, or it has none), or None."""
+        for r in self.received:
+            msg = r.envelope.message
+            if (
+                r.at >= since
+                and r.envelope.node == node
+                and isinstance(msg, Hello | Heartbeat)
+                and not msg.warming
+            ):
+                return r.at
+        return None
+
+    async def wait_warm(self, node: str, since: float = 0.0, timeout: float = 60.0) -> float:
+        """Until :meth:`warm_at` finds one; returns its arrival time."""
+        return float(await self.wait_for(lambda: self.warm_at(node, since), timeout))
 
     def reports(
         self, kind: str | None = None, task_id: str | None = None
