@@ -200,7 +200,9 @@ def _skeleton(obj: Any, tensors: list[Any]) -> Any:
         return {"__tensor__": len(tensors) - 1, "shape": list(obj.shape), "dtype": str(obj.dtype)}
     if isinstance(obj, dict):
         return {k: _skeleton(v, tensors) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
+    if isinstance(obj, tuple):  # kept a tuple (Adam's ``betas``): checkpoint validation compares types
+        return tuple(_skeleton(v, tensors) for v in obj)
+    if isinstance(obj, list):
         return [_skeleton(v, tensors) for v in obj]
     return obj
 
@@ -210,6 +212,8 @@ def _rebuild(obj: Any, tensors: list[Any]) -> Any:
         if "__tensor__" in obj:
             return tensors[obj["__tensor__"]]
         return {k: _rebuild(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return tuple(_rebuild(v, tensors) for v in obj)
     if isinstance(obj, list):
         return [_rebuild(v, tensors) for v in obj]
     return obj
@@ -268,7 +272,7 @@ def _collect_specs(obj: Any, out: list[tuple[list[int], str]]) -> None:
             return
         for v in obj.values():
             _collect_specs(v, out)
-    elif isinstance(obj, list):
+    elif isinstance(obj, list | tuple):
         for v in obj:
             _collect_specs(v, out)
 

@@ -209,3 +209,38 @@ async def test_stored_sources_roll_the_task_back_to_their_iteration(
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await running
+
+
+async def test_a_checkpoint_saves_after_a_replica_took_its_peer_state(
+    coordinator: TestCoordinator, tmp_path: Path
+) -> None:
+    """The first dist_checkpointing save after a broadcast migration succeeds: the received optimizer
+    state is type-identical to the sender's (a tuple ``betas`` turned into a list made the ranks'
+    common state differ and ``validate_sharding_integrity`` raised AssertionError; bench/recovery)."""
+    ckpt = tmp_path / "ckpt"
+    agent = await _agent(coordinator, tmp_path, "s", 2, {})
+    d = TaskDriver(coordinator)
+    first = launch(dp=2, iterations=ITERATIONS).model_copy(
+        update={"checkpoint_dir": str(ckpt), "checkpoint_interval": 100}
+    )
+    try:
+        await d.start("s", 1, first)
+        await d.inject("s", 1, FaultSpec(kind="crash", rank=1, at_iteration=3))
+        await d.wait_events("exception", 1)
+        new = launch(dp=2, iterations=ITERATIONS).model_copy(  # a new epoch: a new rendezvous port
+            update={
+                "checkpoint_dir": str(ckpt),
+                "checkpoint_interval": 2,
+                "state_sources": [StateSource(rank=1, kind="same_node", source_node="s", source_rank=0)],
+            }
+        )
+        await d.reconfigure(
+            "s", 2, new, previous_epoch=1, previous_parallel=ParallelConfig(dp=2), survivors={0: 0}
+        )
+        exited = await d.wait_events("exited", 2, epoch=2)
+    finally:
+        agent.kill()
+        await agent.wait()
+    assert d.events("exception", 2) == [], [r.event for _, r in d.events("exception", 2)]
+    assert all(getattr(r.event, "exit_code", None) == 0 for r in exited), [r.event for r in exited]
+    assert (ckpt / "latest").read_text().strip() == str(ITERATIONS - 1)  # saved at 3, 5 and 7
