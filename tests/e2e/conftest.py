@@ -157,23 +157,13 @@ LOOP_ENV = {
 
 
 @pytest.fixture(scope="session")
-def loop_server(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[str]:
-    """A daphne serving the project's ASGI application on the test database (one per session).
-
-    A separate process started from scratch, not a fork of pytest: a fork made after the in-process async
-    tests inherits asgiref's executor state without its threads, and the agent links then hang."""
-    import socket
-    import subprocess
-    import sys
-    import time
-
+def loop_server(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[Any]:
+    """A daphne serving the project's ASGI application on the test database (one per session; a test
+    may kill and restart it: ``Loop.restart_asgi``)."""
     from django.conf import settings
 
-    from tests.e2e.loop import test_database_url
+    from tests.e2e.loop import AsgiServer, free_port, test_database_url
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     with django_db_blocker.unblock():
         db_url = test_database_url()
     env = dict(
@@ -183,49 +173,16 @@ def loop_server(django_db_setup: None, django_db_blocker: Any, tmp_path_factory:
         PYTHONPATH=str(Path(__file__).resolve().parents[2]),
         **LOOP_ENV,
     )
-    log = open(tmp_path_factory.mktemp("daphne") / "daphne.log", "ab")  # noqa: SIM115 - owned by the child
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "controlplane.config.asgi:application",
-        ],
-        cwd=str(Path(__file__).resolve().parents[2]),
-        env=env,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"daphne exited with code {process.returncode} during start-up (see {log.name})"
-            )
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            break
-        if time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("daphne did not start within 60 s")
-        time.sleep(0.2)
+    server = AsgiServer(free_port(), env, tmp_path_factory.mktemp("daphne") / "daphne.log")
+    server.start()
     try:
-        yield f"ws://127.0.0.1:{port}/ws/agent/"
+        yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        server.stop()
 
 
 @pytest.fixture
-def loop(loop_server: str, transactional_db: None, tmp_path: Path) -> Iterator[Any]:
+def loop(loop_server: Any, transactional_db: None, tmp_path: Path) -> Iterator[Any]:
     """Agents, a Celery worker (with beat) and the ASGI server around the test database."""
     import redis
     from django.conf import settings
@@ -242,7 +199,7 @@ def loop(loop_server: str, transactional_db: None, tmp_path: Path) -> Iterator[A
         PYTHONPATH=str(Path(__file__).resolve().parents[2]),
         **LOOP_ENV,
     )
-    harness = Loop(loop_server, tmp_path, env)
+    harness = Loop(loop_server.url, tmp_path, env, asgi=loop_server)
     harness.start_worker()
     try:
         yield harness

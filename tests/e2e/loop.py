@@ -7,9 +7,11 @@ Tests drive it through the services and the outbox, as an operator or the API wo
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -70,6 +72,81 @@ def seed_beat_schedule() -> None:
         importlib.import_module(name).schedule(apps, None)
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class AsgiServer:
+    """daphne serving the project's ASGI application (the agent links) on one port.
+
+    A separate process started from scratch, not a fork of pytest: a fork made after the in-process async
+    tests inherits asgiref's executor state without its threads, and the agent links then hang."""
+
+    port: int
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/agent/"
+
+    def start(self, timeout: float = 60.0) -> float:
+        """Start daphne and wait until it accepts connections; returns the seconds that took."""
+        began = time.monotonic()
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "daphne",
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "controlplane.config.asgi:application",
+                ],
+                cwd=str(REPO),
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        self.starts += 1
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"daphne exited with code {self.process.returncode} during start-up (see {self.log_path})"
+                )
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.5):
+                return time.monotonic() - began
+            if time.monotonic() - began > timeout:
+                self.kill()
+                raise RuntimeError(f"daphne did not start within {timeout:g} s (see {self.log_path})")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL daphne (as a crash would): no disconnect handlers run, sockets just drop."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
+
+
 @dataclass
 class Loop:
     ws_url: str
@@ -79,6 +156,7 @@ class Loop:
     tokens: dict[str, str] = field(default_factory=dict)
     worker: subprocess.Popen[bytes] | None = None
     worker_kind: dict[str, str] = field(default_factory=dict)
+    asgi: AsgiServer | None = None
 
     # ------------------------------------------------------------------ processes
     def start_worker(self) -> None:
@@ -120,6 +198,21 @@ class Loop:
             os.killpg(self.worker.pid, signal.SIGKILL)
             self.worker.wait(10)
         self.worker = None
+
+    def kill_asgi(self) -> None:
+        """SIGKILL the ASGI server (every agent link drops at once)."""
+        assert self.asgi is not None, "this loop does not own its ASGI server"
+        self.asgi.kill()
+
+    def start_asgi(self) -> float:
+        """Start a fresh ASGI server on the same port (the agents reconnect to it); returns its start-up
+        seconds."""
+        assert self.asgi is not None, "this loop does not own its ASGI server"
+        return self.asgi.start()
+
+    def restart_asgi(self) -> float:
+        self.kill_asgi()
+        return self.start_asgi()
 
     def add_node(self, devices: int = 2, worker: str = "sim", name: str | None = None) -> Node:
         name = name or f"n-{uuid.uuid4().hex[:8]}"
