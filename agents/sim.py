@@ -121,7 +121,7 @@ class SimWorker:
         except _Killed as k:
             return k.code
 
-    def _raise_exception(self, kind: str, message: str, it: int) -> int:
+    def _raise_exception(self, kind: str, message: str, it: int, waiting: bool = False) -> int:
         try:
             if kind == "network_error":
                 raise RuntimeError(NETWORK_ERROR_MESSAGE)
@@ -136,6 +136,7 @@ class SimWorker:
                     "tb": "".join(traceback.format_exception(exc)),
                     "it": it,
                     "in_collective": kind == "network_error",
+                    "waiting": waiting,
                 }
             )
         return EXIT_EXCEPTION
@@ -220,7 +221,7 @@ class SimWorker:
                 if kind == "crash":
                     return -signal.SIGKILL, None
                 if kind == "network_error" and self.sup.elastic_wait_s > 0:
-                    self._raise_exception(kind, str(fault.get("message", "")), it)
+                    self._raise_exception(kind, str(fault.get("message", "")), it, waiting=True)
                     self._ev({"ev": "await", "t": time.time(), "ep": self.w.spec.epoch})
                     order = await self._wait_order()
                     if order is None:

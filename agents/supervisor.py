@@ -789,6 +789,7 @@ class Supervisor:
                 traceback=str(ev["tb"]),
                 iteration=ev.get("it"),
                 in_collective=bool(ev.get("in_collective", False)),
+                waiting=bool(ev.get("waiting", False)),
             ),
             "exception_propagation",
             float(ev["t"]),

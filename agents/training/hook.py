@@ -245,7 +245,8 @@ class TrainingHook:
         self._send({"ev": "done", "t": time.time()})
 
     # ---------------------------------------------------------------- errors
-    def report_exception(self, exc: BaseException) -> None:
+    def report_exception(self, exc: BaseException, waiting: bool = False) -> None:
+        """Forward ``exc``; ``waiting``: the worker stays alive and waits for an order (elastic)."""
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self._send(
             {
@@ -259,6 +260,7 @@ class TrainingHook:
                 "it": self._iteration,
                 "in_collective": self.in_collective or "distributed_c10d.py" in tb,
                 "ep": self.epoch,
+                "waiting": waiting,
             }
         )
         exc.__dict__["_unicron_reported"] = True

@@ -260,7 +260,7 @@ class Trainer:
         """Elastic mode: report a collective error, keep the state, wait for the agent's order."""
         if self.elastic_wait_s <= 0 or not self._recoverable(exc):
             raise exc
-        self.hook.report_exception(exc)  # hook
+        self.hook.report_exception(exc, waiting=True)  # hook
         traceback.print_exception(exc, file=sys.stderr)
         sys.stderr.flush()
         traceback.clear_frames(exc.__traceback__)  # the frames hold the failed collective's groups

@@ -122,6 +122,7 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
             ),
             iteration=117,
             in_collective=True,
+            waiting=True,
         ),
         "exception_propagation",
     ),

@@ -207,12 +207,23 @@ def _tolerate_stragglers(events: list[FailureEvent], task: TrainingTask) -> set[
 
 
 def _failed_ranks(events: list[FailureEvent]) -> set[int]:
-    out = set()
+    """The ranks whose process must be replaced: every rank with an event, except a rank whose every
+    event says its worker is alive, kept its state and waits for an order (an elastic worker that saw
+    a collective error, e.g. a peer's connection reset). Such a rank stays in place as a survivor,
+    whatever severity its node's history gave the event; a process that then dies anyway reports
+    again and the restart escalates."""
+    waiting: set[int] = set()
+    failed: set[int] = set()
     for e in events:
-        rank = (e.evidence or {}).get("report", {}).get("rank")
-        if isinstance(rank, int):
-            out.add(rank)
-    return out
+        report = (e.evidence or {}).get("report", {})
+        rank = report.get("rank")
+        if not isinstance(rank, int):
+            continue
+        if (report.get("event") or {}).get("waiting") is True:
+            waiting.add(rank)
+        else:
+            failed.add(rank)
+    return failed
 
 
 def _act(primary: FailureEvent, absorbed: list[FailureEvent], task: TrainingTask) -> str:
@@ -225,9 +236,9 @@ def _act(primary: FailureEvent, absorbed: list[FailureEvent], task: TrainingTask
             _link(everything, t)
             return f"retry in place: transition {t.pk}"
     elif primary.severity == Severity.SEV2:
-        # Only the ranks that failed themselves restart: a peer's sev3 "connection reset / closed by
-        # peer" absorbed here is that peer seeing the failure, and it stays in place as a survivor.
-        failed = _failed_ranks([e for e in everything if e.severity != Severity.SEV3])
+        # Only the ranks whose process is gone (or must go) restart; a rank that reported a collective
+        # error and waits (a peer seeing the failure) stays in place as a survivor.
+        failed = _failed_ranks(everything)
         t = restart_in_place(task, primary, failed, TransitionKind.RESTART)
         if t is not None:
             _link(everything, t)

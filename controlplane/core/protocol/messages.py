@@ -250,6 +250,11 @@ class WorkerException(_Model):
     traceback: str
     iteration: int | None = None
     in_collective: bool = False
+    waiting: bool = Field(
+        default=False,
+        description="the worker stays alive with its state and waits for the coordinator's order "
+        "(elastic mode): a restart can keep it in place",
+    )
 
 
 class IterationStats(_Model):
