@@ -247,7 +247,7 @@ class WholeSystem:
                 "controlplane.config.celery",
                 "worker",
                 "-B",
-                "-S",
+                "--scheduler",  # (a worker's -S is its state db file, not the beat scheduler)
                 "django_celery_beat.schedulers:DatabaseScheduler",
                 "--concurrency=1",
                 "--without-gossip",

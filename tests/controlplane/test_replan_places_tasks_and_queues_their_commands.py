@@ -65,3 +65,26 @@ def test_a_task_that_does_not_fit_waits_with_a_reason(db: None) -> None:
     assert waiting.pending_reason.startswith("queued")
     assert Plan.objects.count() == 1
     assert TrainingTask.objects.get(pk=running.pk).state == "running"
+
+
+def test_an_isolated_node_is_told_to_stop_the_workers_it_no_longer_runs(db: None) -> None:
+    """Isolation (a straggler, repeated failures) leaves the node's agent linked and its workers alive:
+    without a stop they would go on training a second copy of the task next to the moved one."""
+    a, b = NodeFactory(devices=4), NodeFactory(devices=4)
+    task = TaskFactory(min_workers=4, max_workers=4)
+    with transaction.atomic():
+        replan("task_submitted")
+    Transition.objects.filter(task=task).update(state="completed")
+    TrainingTask.objects.filter(pk=task.pk).update(state="running")
+    (before,) = {al.device.node_id for al in Allocation.objects.filter(task=task, active=True)}
+    gone = a if before == a.pk else b
+    Node.objects.filter(pk=gone.pk).update(state=NodeState.ISOLATED)
+    with transaction.atomic():
+        decision = replan("node_left")
+    (t,) = decision.transitions
+    stop = AgentCommand.objects.filter(transition=t, type="stop_workers")
+    assert [c.node_id for c in stop] == [gone.pk]
+    assert t.steps.order_by("order").first().name == "stop"  # type: ignore[union-attr]
+    assert {al.device.node_id for al in Allocation.objects.filter(task=task, active=True)} == {
+        ({a.pk, b.pk} - {gone.pk}).pop()
+    }

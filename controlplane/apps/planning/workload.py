@@ -375,7 +375,7 @@ def suspend(
     command_ids = []
     for node_name in sorted({h.slot.node for h in held}):
         node = view.nodes_by_name[node_name]
-        if node.state != NodeState.HEALTHY:
+        if node.state not in REACHABLE_NODE_STATES:
             continue
         cmd = do_enqueue_command(
             node, CommandType.STOP_WORKERS, {"task": task.pk, "grace_s": 5.0}, task.pk, task.epoch, t.pk
@@ -460,12 +460,43 @@ def _state_sources(
     return list(plan.sources), plan.rollback_iterations
 
 
+REACHABLE_NODE_STATES = (NodeState.HEALTHY, NodeState.ISOLATED, NodeState.DRAINING)
+"""Nodes whose agents are linked (a stop command reaches them now): not lost, joining or suspect."""
+
+
+def snapshot_replica_of(node: str, view: ClusterView) -> str | None:
+    """The snapshot server of the peer that keeps ``node``'s in-memory snapshot copies (DESIGN §7): the
+    next usable node after it (by name, cyclically) that serves snapshots, so that losing ``node``
+    leaves a copy elsewhere; None on a single node."""
+    names = sorted(n for n in view.usable_nodes if n != node and view.nodes_by_name[n].snapshot_endpoint)
+    if not names:
+        return None
+    after = [n for n in names if n > node]
+    return str(view.nodes_by_name[(after or names)[0]].snapshot_endpoint)
+
+
+def epoch_layouts(task: TrainingTask) -> dict[int, tuple[int, int, int]]:
+    """``(tp, pp, dp)`` of every epoch of ``task`` that has one: the plan of the transition that began
+    it, and the task's current layout for the current epoch. A restart or a retry begins a new epoch
+    with the same layout, so an older epoch's snapshot is as good a source as the current one's."""
+    out: dict[int, tuple[int, int, int]] = {}
+    for epoch, decisions in Transition.objects.filter(task=task).values_list("epoch", "plan__decisions"):
+        for d in decisions or []:
+            cfg = d.get("new_config") if isinstance(d, dict) and d.get("task") == task.pk else None
+            if isinstance(cfg, dict) and all(isinstance(cfg.get(k), int) for k in ("tp", "pp", "dp")):
+                out[int(epoch)] = (int(cfg["tp"]), int(cfg["pp"]), int(cfg["dp"]))
+    cfg = task.parallel_config or {}
+    if cfg.get("tp") and cfg.get("pp") and cfg.get("dp"):
+        out[task.epoch] = (int(cfg["tp"]), int(cfg["pp"]), int(cfg["dp"]))
+    return out
+
+
 def snapshot_copies(
     task: TrainingTask, view: ClusterView, old_layout: tuple[int, int] | None
 ) -> list[SnapshotCopy]:
     """Complete in-memory snapshots of ``task`` on usable nodes, as their agents last listed them
-    (``core.transitions.complete_snapshot_copies``); only the current epoch's layout is known here,
-    so only its snapshots count."""
+    (``core.transitions.complete_snapshot_copies``), of any epoch whose layout is known
+    (:func:`epoch_layouts`); the worker's loader reshards a copy whose layout differs."""
     cfg = task.parallel_config or {}
     if old_layout is None or not cfg.get("dp"):
         return []
@@ -482,8 +513,7 @@ def snapshot_copies(
         held[name] = infos
         if node.snapshot_endpoint:
             endpoints[name] = node.snapshot_endpoint
-    layouts = {task.epoch: (old_layout[0], old_layout[1], int(cfg["dp"]))}
-    return complete_snapshot_copies(str(task.pk), held, layouts, endpoints)
+    return complete_snapshot_copies(str(task.pk), held, epoch_layouts(task), endpoints)
 
 
 def start_transition(
@@ -518,10 +548,12 @@ def start_transition(
     by_node: dict[str, list[RankPlacement]] = {}
     for p in placements:
         by_node.setdefault(p.device.node, []).append(p)
+    # Old nodes left out of the new placement stop their workers, isolated and draining ones included:
+    # their agents are linked and their workers would otherwise train on (a second copy of the task).
     stop_nodes = sorted(
         {h.slot.node for h in held}
         - set(by_node)
-        - {n for n, row in view.nodes_by_name.items() if row.state != NodeState.HEALTHY}
+        - {n for n, row in view.nodes_by_name.items() if row.state not in REACHABLE_NODE_STATES}
     )
     command_step = {
         TransitionKind.LAUNCH: "start",
@@ -583,6 +615,7 @@ def start_transition(
             collective_timeout_s=float(settings.UNICRON_COLLECTIVE_TIMEOUT_S),
             state_sources=[by_rank_source[p.rank] for p in ranks if p.rank in by_rank_source],
             snapshot_interval=int(settings.UNICRON_SNAPSHOT_INTERVAL),
+            snapshot_replica=snapshot_replica_of(node_name, view),
         )
         payload: dict[str, Any]
         if kind == TransitionKind.LAUNCH:
