@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, get_args
 
 from django.db import connection, transaction
@@ -229,6 +230,26 @@ def do_enqueue_command(
     )
     notify_agent_on_commit(node.name)
     return command
+
+
+COMMAND_WAKE_AFTER_S = 2.0
+"""A command still pending this long lost its wake-up (the process that committed it died before it
+could tell the agent link, or Redis blinked): the watchdog wakes the link again."""
+
+
+def do_wake_stale_commands(older_than_s: float = COMMAND_WAKE_AFTER_S, limit: int = 200) -> int:
+    """Wake the agent links of nodes that have commands pending for more than ``older_than_s``; the
+    link sends them (a link that is not connected ignores it and sends them on reconnect). Returns
+    the number of nodes woken."""
+    since = timezone.now() - timedelta(seconds=older_than_s)
+    names = list(
+        AgentCommand.objects.filter(state=CommandState.PENDING, created_at__lt=since)
+        .values_list("node__name", flat=True)
+        .distinct()[:limit]
+    )
+    for name in names:
+        notify_agent_on_commit(name)
+    return len(names)
 
 
 def do_mark_command_sent(command: AgentCommand) -> None:

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from controlplane.apps.fleet.choices import CommandState
 from controlplane.apps.fleet.models import AgentCommand, Node
+from controlplane.apps.fleet.services import do_wake_stale_commands
 from controlplane.apps.incidents.choices import Action
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.incidents.services import do_resolve_failure_event
@@ -312,4 +313,5 @@ def check_transitions() -> dict[str, int]:
         for ev_id in stale.values_list("pk", flat=True)[:100]:
             request_failure_handling(ev_id, countdown=0.0)
             requeued += 1
-    return {"advanced": advanced, "failed": failed, "requeued": requeued}
+        woken = do_wake_stale_commands()
+    return {"advanced": advanced, "failed": failed, "requeued": requeued, "woken": woken}
