@@ -68,6 +68,7 @@ from controlplane.apps.fleet.services import (
 )
 from controlplane.apps.incidents import choices as incident_choices
 from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.incidents.selectors import caused_by_drill, drills_sent
 from controlplane.apps.incidents.services import FailureReport, do_raise_alert, do_record_failure_event
 from controlplane.apps.metrics.choices import MetricKind
 from controlplane.apps.metrics.services import Sample, do_record_samples
@@ -359,8 +360,11 @@ def _history(node: Node, before: float) -> list[failures.FailureRecord]:
     rows = FailureEvent.objects.filter(node=node, occurred_at__gte=since).order_by("-occurred_at")[
         :_HISTORY_LIMIT
     ]
+    drills = drills_sent(node.pk, since)
     records = []
     for row in rows:
+        if caused_by_drill(row.occurred_at, drills):
+            continue  # a fault drill's failures do not make the node's next ones worse
         core, cls = row.evidence.get("core"), row.evidence.get("classification")
         if not isinstance(core, dict) or not isinstance(cls, dict):
             continue

@@ -32,6 +32,7 @@ from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.fleet.services import do_quarantine_node, do_set_device_state, do_set_node_state
 from controlplane.apps.incidents.choices import Action, Detector, Severity
 from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.incidents.selectors import caused_by_drill, drills_sent
 from controlplane.apps.incidents.services import (
     FailureReport,
     do_raise_alert,
@@ -303,10 +304,13 @@ def isolate(ev: FailureEvent) -> None:
 
 def _records(node: Node, window_s: float) -> list[failures.FailureRecord]:
     since = timezone.now() - timedelta(seconds=window_s)
+    drills = drills_sent(node.pk, since)
     out = []
     for row in FailureEvent.objects.filter(node=node, occurred_at__gte=since, escalated_from__isnull=True):
         if (row.evidence or {}).get("tolerated"):
             continue  # a straggler judged not worth isolating says little about the node
+        if caused_by_drill(row.occurred_at, drills):
+            continue  # an operator's fault drill is not the node's fault
         out.append(
             failures.FailureRecord(
                 failures.Evidence(
