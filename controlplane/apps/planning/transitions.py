@@ -221,12 +221,13 @@ def _complete(t: Transition, steps: list[TransitionStep]) -> None:
     events = list(FailureEvent.objects.filter(transition=t))
     if t.failure_event_id is not None:
         events += list(FailureEvent.objects.filter(pk=t.failure_event_id))
-    # failures whose own transition a newer plan superseded (rolled back) are over too: the task left
-    # their epoch (else they would stay open for good, e.g. a restart overtaken by a node loss)
+    # failures whose own transition a newer plan superseded (rolled back) or that failed (and was
+    # escalated) are over too: the task left their epoch and runs again (else they would stay open for
+    # good, e.g. a restart overtaken by a node loss, a relaunch whose rendezvous timed out)
     events += list(
         FailureEvent.objects.filter(
             transition__task=task,
-            transition__state=TransitionState.ROLLED_BACK,
+            transition__state__in=[TransitionState.ROLLED_BACK, TransitionState.FAILED],
             transition__epoch__lt=t.epoch,
             resolved_at__isnull=True,
         )
