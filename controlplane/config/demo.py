@@ -178,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
                 str(state_dir() / "agents" / node.name),
             ]
             spawn(node.name, agent_commands[node.name])
-        healthy = wait_for_healthy_nodes([n.name for n in demo_nodes], timeout_s=30)
+        # a node turns healthy once its agent's warm spare has imported torch and megatron (up to
+        # agents.supervisor.WARMING_MAX_S = 30 s; four agents importing at once on a small machine)
+        healthy = wait_for_healthy_nodes([n.name for n in demo_nodes], timeout_s=45)
         ready_s = time.monotonic() - started
         print(f"\nUnicron control plane is up in {ready_s:.1f} s", flush=True)
         print(f"  dashboard      {base}/")
