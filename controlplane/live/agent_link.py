@@ -53,12 +53,13 @@ from django.utils import timezone
 
 from controlplane.apps.accounts.services import do_record_audit
 from controlplane.apps.common.errors import StaleState
-from controlplane.apps.fleet.choices import DEVICE_MACHINE, CommandState, DeviceState, NodeState
+from controlplane.apps.fleet.choices import DEVICE_MACHINE, CommandState, CommandType, DeviceState, NodeState
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 from controlplane.apps.fleet.selectors import get_node_for_token, list_pending_commands
 from controlplane.apps.fleet.services import (
     do_ack_command,
     do_count_device_error,
+    do_enqueue_command,
     do_mark_command_sent,
     do_record_agent_heartbeat,
     do_record_snapshots,
@@ -74,6 +75,7 @@ from controlplane.apps.metrics.choices import MetricKind
 from controlplane.apps.metrics.services import Sample, do_record_samples
 from controlplane.apps.planning.transitions import do_record_rank_resumed, on_command_settled
 from controlplane.apps.planning.triggers import request_failure_handling, request_replan
+from controlplane.apps.training.choices import TERMINAL_TASK_STATES
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.apps.training.services import do_mark_rank_finished, do_record_progress
 from controlplane.core import failures
@@ -177,7 +179,39 @@ def apply_hello(node_id: int, hello: Hello) -> str:
     node = _bring_back(node, "agent said hello", warming=hello.warming)
     do_requeue_unacked_commands(node)
     _report_missing_workers(node, hello)
+    _stop_stray_workers(node, hello)
     return node.state
+
+
+_LIVE_WORKER_STATES = ("init", "healthy", "unhealthy")
+
+
+def _stop_stray_workers(node: Node, hello: Hello) -> None:
+    """Workers the hello lists for a task that no longer runs on this node (it moved while the node was
+    cut off, or it ended) are stopped: left alone they would train a second copy of the task and
+    write its checkpoints. A task still allocated here is left to its transitions."""
+    listed = {w.task_id for w in hello.workers if w.state in _LIVE_WORKER_STATES}
+    for task_id in sorted(listed):
+        pk = _task_pk(task_id)
+        task = TrainingTask.objects.filter(pk=pk).first() if pk is not None else None
+        if task is None:
+            continue  # not ours to name in a command (no task row, no epoch)
+        if (
+            task.state not in TERMINAL_TASK_STATES
+            and task.allocations.filter(active=True, device__node=node).exists()
+        ):
+            continue
+        if AgentCommand.objects.filter(
+            node=node,
+            task=task,
+            type=CommandType.STOP_WORKERS,
+            state__in=[CommandState.PENDING, CommandState.SENT],
+        ).exists():
+            continue
+        log.warning("node %s still runs task %s, which no longer runs there: stopping it", node.name, task.pk)
+        do_enqueue_command(
+            node, CommandType.STOP_WORKERS, {"task": task.pk, "grace_s": 5.0}, task.pk, task.epoch
+        )
 
 
 _MISSING_NS = uuid.UUID("3b0f6f3e-5f0e-4d7e-9d55-1c2a4b8e7f21")

@@ -1,0 +1,66 @@
+"""A node that comes back listing workers of a task that moved away while it was cut off (or that
+ended) is told to stop them: they would train a second copy of the task and write its checkpoints.
+Workers of a task still allocated on the node are left to its transitions."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from controlplane.apps.fleet.models import AgentCommand, Node
+from controlplane.apps.planning.workload import replan
+from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.core.protocol import DeviceInfo, Hello, WorkerStatus
+from controlplane.live.agent_link import apply_hello
+from tests.controlplane.factories import NodeFactory, TaskFactory
+
+GB = 1024**3
+
+
+def _hello(task: TrainingTask, epoch: int) -> Hello:
+    return Hello(
+        agent_version="test",
+        hostname="h",
+        worker_kind="megatron",
+        devices=[
+            DeviceInfo(index=i, kind="cuda", name="NVIDIA H100 80GB HBM3", memory_bytes=80 * GB)
+            for i in range(4)
+        ],
+        workers=[
+            WorkerStatus(task_id=str(task.pk), epoch=epoch, rank=r, device=r, pid=100 + r, state="healthy")
+            for r in range(2)
+        ],
+    )
+
+
+def _placed() -> tuple[TrainingTask, Node, Node]:
+    a, b = NodeFactory(devices=4), NodeFactory(devices=4)
+    task = TaskFactory(min_workers=4, max_workers=4)
+    with transaction.atomic():
+        replan("task_submitted")
+    (here,) = {al.device.node_id for al in Allocation.objects.filter(task=task, active=True)}
+    task.refresh_from_db()
+    return task, (a if here == a.pk else b), (b if here == a.pk else a)
+
+
+def test_workers_of_a_task_that_moved_away_are_stopped(db: None) -> None:
+    task, _, elsewhere = _placed()
+    with transaction.atomic():
+        apply_hello(elsewhere.pk, _hello(task, task.epoch - 1 if task.epoch > 1 else task.epoch))
+        apply_hello(elsewhere.pk, _hello(task, task.epoch))  # a second hello adds no second stop
+    stops = AgentCommand.objects.filter(node=elsewhere, type="stop_workers")
+    assert [(c.task_id, c.task_epoch, c.state) for c in stops] == [(task.pk, task.epoch, "pending")]
+
+
+def test_workers_of_a_task_allocated_on_the_node_are_left_alone(db: None) -> None:
+    task, here, _ = _placed()
+    with transaction.atomic():
+        apply_hello(here.pk, _hello(task, task.epoch))
+    assert not AgentCommand.objects.filter(node=here, type="stop_workers").exists()
+
+
+def test_workers_of_a_finished_task_are_stopped(db: None) -> None:
+    task, here, _ = _placed()
+    TrainingTask.objects.filter(pk=task.pk).update(state="cancelled")
+    with transaction.atomic():
+        apply_hello(here.pk, _hello(task, task.epoch))
+    assert AgentCommand.objects.filter(node=here, type="stop_workers", task=task).count() == 1
