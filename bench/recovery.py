@@ -589,6 +589,18 @@ def per_class(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def spares_settled(run_dir: Path, nodes: list[str]) -> bool:
+    """Every agent lists at least one warm spare and none still importing (``RUN_DIR/spares.json``)."""
+    for n in nodes:
+        try:
+            spares = json.loads((run_dir / n / "spares.json").read_text())["spares"]
+        except (OSError, ValueError, KeyError):
+            return False
+        if not spares or not all(sp.get("ready") for sp in spares):
+            return False
+    return True
+
+
 def run_ours(args: argparse.Namespace, run_dir: Path) -> tuple[SystemResult, dict[str, TaskLayout]]:
     WholeSystem.recreate_database(os.environ["DATABASE_URL"], os.environ["REDIS_URL"])
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
@@ -625,6 +637,10 @@ def run_ours(args: argparse.Namespace, run_dir: Path) -> tuple[SystemResult, dic
         )
         layouts = current_layouts()
         say("ours: running " + ", ".join(f"{n} dp{lt.dp} on {lt.nodes}" for n, lt in layouts.items()))
+        # the spares used by the launch are replaced once the workers iterate: let those imports end so
+        # they do not slow the calibration window (the refills after each drill do count in the window)
+        with contextlib.suppress(TimeoutError):
+            wait("every agent's spares ready", lambda: spares_settled(run_dir, nodes), 90)
         # calibration: failure-free iteration time per task
         p0, c0 = task_positions(), time.time()
         time.sleep(args.calibrate)

@@ -25,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.apps.fleet.choices import DEVICE_MACHINE, NODE_MACHINE, DeviceState, NodeState
@@ -270,7 +271,11 @@ def _handle_node_event(ev: FailureEvent) -> str:
     )
     absorbed: dict[int, list[FailureEvent]] = {}
     for task in TrainingTask.objects.filter(pk__in=task_ids):
-        for other in FailureEvent.objects.filter(task=task, task_epoch=task.epoch, handled_at__isnull=True):
+        # the task's open events, and those its handler already handed over to this node event: they
+        # are resolved with the transition this re-plan starts
+        for other in FailureEvent.objects.filter(task=task, task_epoch=task.epoch).filter(
+            Q(handled_at__isnull=True) | Q(handled_by=ev)
+        ):
             _mark_handled(other, ev)
             absorbed.setdefault(task.pk, []).append(other)
     isolate(ev)
