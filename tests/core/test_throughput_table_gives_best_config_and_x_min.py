@@ -53,3 +53,16 @@ def test_modelled_gpt3_throughput_per_gpu_is_in_the_range_megatron_reports() -> 
     table = build_throughput_table(GPT3_175B, get_device_kind("a100-80g"), 1024, unit=512)
     per_gpu = table.throughput(1024) / 1024
     assert 100e12 < per_gpu < 160e12
+
+
+def test_equally_fast_configs_keep_the_tasks_micro_batch() -> None:
+    """At PP = 1 the model charges nothing per micro-batch, so micro-batch 1 and the task's own tie:
+    the table keeps the larger (the CPU workers ran 1.7x slower at micro-batch 1 than at 2)."""
+    spec = GPTSpec(2, 64, 4, 32, 128, 16, 2)
+    kind = get_device_kind("cpu-slot")
+    table = build_throughput_table(spec, kind, 2)
+    for x in table.feasible_counts:
+        cfg = table.best_config(x)
+        assert cfg is not None
+        assert cfg.pp == 1
+        assert cfg.micro_batch == 2
