@@ -1050,6 +1050,9 @@ def main() -> None:
     p.add_argument("--skip-baseline", action="store_true")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
+    # SIGTERM (timeout, pkill) unwinds like Ctrl-C, so the cleanup in ``finally`` stops every child
+    # (daphne, the Celery worker, agents and their workers); otherwise they outlive the bench.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     # The bench drops and re-creates its database: it never takes DATABASE_URL from the environment.
     if not urlparse(args.database_url).path.lstrip("/").startswith("bench"):
         raise SystemExit(
