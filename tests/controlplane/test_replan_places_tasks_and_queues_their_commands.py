@@ -11,7 +11,7 @@ from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.planning.models import Plan, Transition
 from controlplane.apps.planning.workload import precomputed, refresh_precomputed, replan
 from controlplane.apps.training.models import Allocation, TrainingTask
-from tests.controlplane.factories import NodeFactory, TaskFactory
+from tests.controlplane.factories import FailureEventFactory, NodeFactory, TaskFactory
 
 
 def test_replan_launches_then_a_node_loss_is_a_lookup(db: None) -> None:
@@ -88,3 +88,30 @@ def test_an_isolated_node_is_told_to_stop_the_workers_it_no_longer_runs(db: None
     assert {al.device.node_id for al in Allocation.objects.filter(task=task, active=True)} == {
         ({a.pk, b.pk} - {gone.pk}).pop()
     }
+
+
+def test_a_survivor_that_saw_the_loss_and_waits_is_reconfigured_in_place(db: None) -> None:
+    """Its node's peer died: the survivor's worker reported the connection reset and waits for its
+    order. It is alive, so the re-plan reconfigures it in place (it was counted dead: a relaunch from a
+    snapshot, with rolled-back work and a fresh process, bench/recovery T8)."""
+    nodes = [NodeFactory(devices=1) for _ in range(3)]
+    task = TaskFactory(min_workers=2, max_workers=2)
+    with transaction.atomic():
+        replan("task_submitted")
+    Transition.objects.filter(task=task).update(state="completed")
+    TrainingTask.objects.filter(pk=task.pk).update(state="running")
+    task.refresh_from_db()
+    by_rank = {al.rank: al.device for al in Allocation.objects.filter(task=task, active=True)}
+    Node.objects.filter(pk=by_rank[1].node_id).update(state=NodeState.LOST)
+    waits = {"report": {"rank": 0, "event": {"kind": "exception", "waiting": True}}}
+    FailureEventFactory(
+        node=Node.objects.get(pk=by_rank[0].node_id), task=task, task_epoch=task.epoch, severity="sev3",
+        action="retry_in_place", evidence=waits,
+    )  # fmt: skip
+    with transaction.atomic():
+        decision = replan("node_left")
+    (t,) = decision.transitions
+    assert t.kind == "reconfigure"
+    survivors = {tuple(x) for x in t.steps.get(name="reconfigure").detail["survivors"]}
+    assert survivors == {(0, 0)}
+    assert len(nodes) == 3

@@ -304,16 +304,18 @@ def _carry_out(
 
 def alive_ranks(task: TrainingTask, held: Sequence[HeldDevice]) -> set[int]:
     """Old ranks whose processes are believed alive and healthy: on usable devices, no failure reported
-    for them at the current epoch, and — while the current epoch's transition has not completed — they
+    for them at the current epoch (a worker that saw a peer's failure and says it waits counts as
+    alive), and — while the current epoch's transition has not completed — they
     reported progress at this epoch (a process still in its rendezvous with a dead peer is not a
     survivor: it would never join the next epoch's groups)."""
     if task.state not in (TaskState.RUNNING, TaskState.RECONFIGURING):
         return set()
     dead: set[int] = set()
     for ev in FailureEvent.objects.filter(task=task, task_epoch=task.epoch):
-        rank = (ev.evidence or {}).get("report", {}).get("rank")
-        if isinstance(rank, int):
-            dead.add(rank)
+        report = (ev.evidence or {}).get("report", {})
+        rank = report.get("rank")
+        if isinstance(rank, int) and (report.get("event") or {}).get("waiting") is not True:
+            dead.add(rank)  # a rank that reported a collective error and waits for its order is alive
     alive = {h.rank for h in held if h.usable and h.rank not in dead}
     current = Transition.objects.filter(task=task, epoch=task.epoch).first()
     if current is not None and current.state != TransitionState.COMPLETED:
