@@ -50,6 +50,25 @@ def say(line: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
+OVERSUBSCRIBED_SUSPECT_AFTER_S = 6.0
+OVERSUBSCRIBED_LOST_AFTER_S = 12.0
+
+
+def relax_health_deadlines(workers: int, cores: int) -> str:
+    """On a host with fewer cores than demo workers, CPU-starved agents miss the production heartbeat
+    deadlines (suspect 2 s, lost 3 s) and every node is declared lost at once while the workers start;
+    relax them for this demo unless the operator set them. Returns what was done ("" if nothing)."""
+    if workers <= cores or "UNICRON_LOST_AFTER_S" in os.environ or "UNICRON_SUSPECT_AFTER_S" in os.environ:
+        return ""
+    os.environ["UNICRON_SUSPECT_AFTER_S"] = str(OVERSUBSCRIBED_SUSPECT_AFTER_S)
+    os.environ["UNICRON_LOST_AFTER_S"] = str(OVERSUBSCRIBED_LOST_AFTER_S)
+    return (
+        f"{workers} workers on {cores} cores: node health deadlines relaxed to suspect "
+        f"{OVERSUBSCRIBED_SUSPECT_AFTER_S:g} s / lost {OVERSUBSCRIBED_LOST_AFTER_S:g} s "
+        "(set UNICRON_LOST_AFTER_S / UNICRON_SUSPECT_AFTER_S to choose)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -69,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
+    relaxed = relax_health_deadlines(args.agents * args.devices_per_agent, os.cpu_count() or 1)
     ensure_database_url()
     ensure_redis_url()
     logs = state_dir() / "logs"
@@ -183,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         healthy = wait_for_healthy_nodes([n.name for n in demo_nodes], timeout_s=45)
         ready_s = time.monotonic() - started
         print(f"\nUnicron control plane is up in {ready_s:.1f} s", flush=True)
+        if relaxed:
+            print(f"  note           {relaxed}", flush=True)
         print(f"  dashboard      {base}/")
         print(f"  REST API       {base}/api/v1/")
         print(f"  OpenAPI schema {base}/api/schema/   (UI: {base}/api/docs/)")
