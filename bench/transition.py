@@ -196,6 +196,24 @@ class Ours:
             default=-1,
         )
 
+    async def to_dp2(self, d: TaskDriver, epoch: int, prev: ParallelConfig) -> None:
+        """Order DP2 at ``epoch``: rank 0 in place on A, rank 1 on B with its state from A's live rank."""
+        port = free_port()
+        peer = StateSource(rank=1, kind="peer_replica", source_node=NODE_A, source_rank=0)
+        await asyncio.gather(
+            *(
+                d.reconfigure(
+                    node,
+                    epoch,
+                    make_launch(2, [rank], port, sources),
+                    previous_epoch=epoch - 1,
+                    previous_parallel=prev,
+                    survivors={0: 0},
+                )
+                for node, rank, sources in ((NODE_A, 0, None), (NODE_B, 1, [peer]))
+            )
+        )
+
     async def reports(self, epoch: int, n: int) -> list[tuple[float, TransitionReport]]:
         await self.d.wait_events("transition", n, epoch=epoch, timeout=120)
         out = []
@@ -252,27 +270,8 @@ class Ours:
         await d.inject(NODE_B, 1, FaultSpec(kind="crash", rank=1))
         await d.wait_events("exited", 1, epoch=1)
         t_detect = next(at for at, r in d.events("exited", 1) if r.rank == 1)
-        port = free_port()
-        peer = StateSource(rank=1, kind="peer_replica", source_node=NODE_A, source_rank=0)
         prev = ParallelConfig(dp=2)
-        await asyncio.gather(
-            d.reconfigure(
-                NODE_A,
-                2,
-                make_launch(2, [0], port),
-                previous_epoch=1,
-                previous_parallel=prev,
-                survivors={0: 0},
-            ),
-            d.reconfigure(
-                NODE_B,
-                2,
-                make_launch(2, [1], port, [peer]),
-                previous_epoch=1,
-                previous_parallel=prev,
-                survivors={0: 0},
-            ),
-        )
+        await self.to_dp2(d, 2, prev)
         out.append(self.measure("restart", t_fault, t_detect, failed, await self.reports(2, 2)))
         await d.wait_iteration(out[-1].first_iteration + self.warmup // 2, epoch=2, timeout=120)
 
@@ -303,26 +302,7 @@ class Ours:
         t_hello = await self.hello_after(NODE_B, t_fault)
         t_detect = await c.wait_warm(NODE_B, since=t_fault, timeout=90)
         failed = self.last_iteration(3) + 1
-        port = free_port()
-        prev1 = ParallelConfig(dp=1)
-        await asyncio.gather(
-            d.reconfigure(
-                NODE_A,
-                4,
-                make_launch(2, [0], port),
-                previous_epoch=3,
-                previous_parallel=prev1,
-                survivors={0: 0},
-            ),
-            d.reconfigure(
-                NODE_B,
-                4,
-                make_launch(2, [1], port, [peer]),
-                previous_epoch=3,
-                previous_parallel=prev1,
-                survivors={0: 0},
-            ),
-        )
+        await self.to_dp2(d, 4, ParallelConfig(dp=1))
         grow = self.measure("grow", t_fault, t_detect, failed, await self.reports(4, 2))
         grow.t_hello = t_hello
         grow.iterations_while_warming = failed - 1 - it_return

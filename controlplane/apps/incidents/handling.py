@@ -33,7 +33,7 @@ from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.fleet.services import do_quarantine_node, do_set_device_state, do_set_node_state
 from controlplane.apps.incidents.choices import Action, Detector, Severity
 from controlplane.apps.incidents.models import FailureEvent
-from controlplane.apps.incidents.selectors import caused_by_drill, drills_sent
+from controlplane.apps.incidents.selectors import caused_by_drill, drills_sent, reported_rank
 from controlplane.apps.incidents.services import (
     FailureReport,
     do_raise_alert,
@@ -214,16 +214,10 @@ def _failed_ranks(events: list[FailureEvent]) -> set[int]:
     a collective error, e.g. a peer's connection reset). Such a rank stays in place as a survivor,
     whatever severity its node's history gave the event; a process that then dies anyway reports
     again and the restart escalates."""
-    waiting: set[int] = set()
     failed: set[int] = set()
     for e in events:
-        report = (e.evidence or {}).get("report", {})
-        rank = report.get("rank")
-        if not isinstance(rank, int):
-            continue
-        if (report.get("event") or {}).get("waiting") is True:
-            waiting.add(rank)
-        else:
+        rank, waiting = reported_rank(e)
+        if rank is not None and not waiting:
             failed.add(rank)
     return failed
 

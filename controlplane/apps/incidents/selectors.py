@@ -25,6 +25,15 @@ def list_alerts() -> QuerySet[Alert]:
     return Alert.objects.select_related("node", "source_event", "acknowledged_by", "resolved_by")
 
 
+def reported_rank(ev: FailureEvent) -> tuple[int | None, bool]:
+    """The rank a worker report behind ``ev`` names (None for node events), and whether that worker
+    said it stays alive with its state and waits for an order (``WorkerException.waiting``)."""
+    report = (ev.evidence or {}).get("report", {})
+    rank = report.get("rank")
+    waiting = (report.get("event") or {}).get("waiting") is True
+    return (rank if isinstance(rank, int) else None), waiting
+
+
 def drills_sent(node_id: int, since: datetime) -> list[datetime]:
     """When fault drills were sent to the node from ``since`` (minus the attribution window) on."""
     return list(

@@ -34,6 +34,7 @@ from controlplane.apps.fleet.choices import CommandType, NodeState
 from controlplane.apps.fleet.services import do_enqueue_command, do_fail_stale_commands
 from controlplane.apps.incidents.choices import Severity
 from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.incidents.selectors import reported_rank
 from controlplane.apps.incidents.services import do_raise_alert
 from controlplane.apps.planning.choices import PlanTrigger, StepState, TransitionKind, TransitionState
 from controlplane.apps.planning.models import Plan, Transition, TransitionStep
@@ -312,9 +313,8 @@ def alive_ranks(task: TrainingTask, held: Sequence[HeldDevice]) -> set[int]:
         return set()
     dead: set[int] = set()
     for ev in FailureEvent.objects.filter(task=task, task_epoch=task.epoch):
-        report = (ev.evidence or {}).get("report", {})
-        rank = report.get("rank")
-        if isinstance(rank, int) and (report.get("event") or {}).get("waiting") is not True:
+        rank, waiting = reported_rank(ev)
+        if rank is not None and not waiting:
             dead.add(rank)  # a rank that reported a collective error and waits for its order is alive
     alive = {h.rank for h in held if h.usable and h.rank not in dead}
     current = Transition.objects.filter(task=task, epoch=task.epoch).first()
