@@ -20,6 +20,7 @@ from pathlib import Path
 from agents.agent import Agent, AgentConfig
 from agents.monitor import MonitorConfig
 from agents.snapshots import SnapshotStore, SnapshotStoreConfig, default_root
+from agents.training.cpu_bind import bind_mode
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +89,10 @@ def main(argv: list[str] | None = None) -> None:
         token = args.token_file.read_text().strip()
     if not token:
         raise SystemExit("no token: pass --token, --token-file or set UNICRON_AGENT_TOKEN")
+    try:
+        bind_mode()  # its workers read UNICRON_CPU_BIND: refuse a bad value before any of them starts
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     if args.run_dir is not None:
         args.run_dir.mkdir(parents=True, exist_ok=True)
     cfg = AgentConfig(

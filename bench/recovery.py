@@ -72,6 +72,7 @@ from urllib.parse import urlparse
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from agents.training.cpu_bind import ENV_CPU_BIND  # noqa: E402
 from bench.baselines.torchrun_job import EventSink, TorchrunJob  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/benchdb"
@@ -93,6 +94,11 @@ TINY_GPT: dict[str, Any] = {
 }
 STRAGGLER_SLOWDOWN = 3.0  # the fault-drill endpoint's default
 GOODPUT_TARGET = 0.90
+PIN_MODES = {
+    "rank": "each worker bound to the core of its global rank (UNICRON_CPU_BIND=rank, both systems)",
+    "node": "each node pinned to one core (node-i: core (i-1) mod cores)",
+    "none": "no pinning",
+}
 
 
 def free_port() -> int:
@@ -195,6 +201,9 @@ class WholeSystem:
             UNICRON_CHECKPOINT_INTERVAL=str(args.checkpoint_every),
             DJANGO_SETTINGS_MODULE="controlplane.config.settings",
         )
+        self.env.update(cpu_bind_env(args.pin))
+        if args.pin != "rank":
+            self.env.pop(ENV_CPU_BIND, None)
         os.environ.update(
             {k: self.env[k] for k in ("UNICRON_CHECKPOINT_ROOT", "UNICRON_CHECKPOINT_INTERVAL")}
         )
@@ -297,7 +306,7 @@ class WholeSystem:
         ]
         if not self.args.snapshots:
             cmd.append("--no-snapshots")
-        self.spawn(name, cmd, node_cpus(name) if self.args.pin else None)
+        self.spawn(name, cmd, node_cpus(name) if self.args.pin == "node" else None)
 
     def agent_exited(self, name: str) -> bool:
         proc = self.procs.get(name)
@@ -313,12 +322,20 @@ class WholeSystem:
                     proc.wait(10)
 
 
+def cpu_bind_env(pin: str) -> dict[str, str]:
+    """The workers' environment for ``--pin``: ``rank`` binds each worker (ours and torchrun's) by its
+    global rank (:mod:`agents.training.cpu_bind`); the agents and torchrun themselves stay unbound."""
+    return {ENV_CPU_BIND: "rank"} if pin == "rank" else {}
+
+
 def node_cpus(node: str) -> set[int]:
-    """The CPU a node's agent and workers are pinned to: node-i on core (i - 1) mod cores.
+    """``--pin node``: the CPU a node's agent and workers are pinned to: node-i on core (i - 1) mod cores.
 
     A node stands for its own hardware: pinned, a task's workers do not get faster when another
     task's workers are down (on an unpinned 2-core host they would, which flatters whichever system
-    keeps tasks down longer), and ranks of one node get equal shares of their core.
+    keeps tasks down longer), and ranks of one node get equal shares of their core. But a rank that a
+    transition moves to another node changes the cores' loads (3 ranks on one core, 1 on the other),
+    which slows tasks the move never touched: ``--pin rank`` (the default) does not.
     """
     cores = sorted(os.sched_getaffinity(0))
     index = int(node.rsplit("-", 1)[-1]) - 1
@@ -747,9 +764,16 @@ def run_baseline(
             checkpoint_interval=args.checkpoint_every,
             collective_timeout_s=args.baseline_timeout,
         )
-        cpus = set().union(*(node_cpus(n) for n in lt.nodes)) if args.pin else None
+        cpus = set().union(*(node_cpus(n) for n in lt.nodes)) if args.pin == "node" else None
         job = TorchrunJob(
-            name, len(lt.nodes), tmpl, sinks[name], run_dir, max_restarts=args.max_restarts, cpus=cpus
+            name,
+            len(lt.nodes),
+            tmpl,
+            sinks[name],
+            run_dir,
+            max_restarts=args.max_restarts,
+            cpus=cpus,
+            extra_env=cpu_bind_env(args.pin),
         )
         jobs[name] = job
         all_jobs.append(job)
@@ -843,9 +867,11 @@ def inject_baseline(
     from controlplane.core.protocol import FaultSpec
 
     if f.kind == "node_loss":
-        if not f.node:  # ours had no target: the node of the highest rank of the largest task
-            lt = max(layouts.values(), key=lambda x: len(x.nodes))
-            f.node = lt.nodes[-1]
+        # The node that runs the same task's same rank in the baseline's placement (ours may have moved
+        # that rank to another node by then); ours had no target: the highest rank of the largest task.
+        lt = layouts.get(f.task) or max(layouts.values(), key=lambda x: len(x.nodes))
+        rank = f.rank if f.task in layouts and f.rank is not None else len(lt.nodes) - 1
+        f.node = lt.nodes[min(rank, len(lt.nodes) - 1)]
         hit = [n for n, lt in layouts.items() if f.node in lt.nodes]
         for n in hit:
             if n in jobs:
@@ -889,7 +915,7 @@ def write_report(
         f"{args.minutes:g} min per system, a fault every {args.fault_every:g} s (first after "
         f"{args.first_fault_after:g} s) cycling {', '.join(FAULT_CYCLE)}; node repair after "
         f"{args.repair_after:g} s; "
-        f"{'each node pinned to one core (node-i: core (i-1) mod cores)' if args.pin else 'no pinning'}; "
+        f"{PIN_MODES[args.pin]}; "
         f"{'in-memory snapshots on' if args.snapshots else 'no in-memory snapshots'}; "
         f"max {args.workers_per_task} workers per task; "
         f"checkpoint every {args.checkpoint_every} iterations (both systems); baseline collective timeout "
@@ -1042,10 +1068,12 @@ def main() -> None:
     )
     p.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS), help="flushed")
     p.add_argument(
-        "--no-pin",
-        dest="pin",
-        action="store_false",
-        help="do not pin each node's agent/workers (and the baseline's ranks) to a core",
+        "--pin",
+        choices=sorted(PIN_MODES),
+        default="rank",
+        help="how workers share the host's cores: rank (each worker on the core of its global rank, "
+        "both systems), node (node-i's agent and workers on core (i-1) mod cores; the baseline's ranks on "
+        "their nodes' cores) or none",
     )
     p.add_argument("--skip-baseline", action="store_true")
     p.add_argument("--no-write", action="store_true")

@@ -1,0 +1,79 @@
+"""UNICRON_CPU_BIND=rank: a CPU worker's threads run on the core of its global rank, rebound when a
+transition gives the process another rank; a bad value is refused by name (worker and agent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.training.cpu_bind import ENV_CPU_BIND, bind_mode, bind_rank, core_for_rank
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import json, os, threading, time
+from agents.training.cpu_bind import bind_rank
+stop = threading.Event()
+early = threading.Thread(target=stop.wait)  # a thread that exists before the binding (like gloo's)
+early.start()
+def masks():
+    return sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir("/proc/self/task")})
+out = {"allowed": sorted(os.sched_getaffinity(0))}
+out["core1"] = bind_rank(1)
+out["masks1"] = masks()
+late = threading.Thread(target=stop.wait)  # started after: inherits the binding
+late.start()
+out["masks1_late"] = masks()
+out["core2"] = bind_rank(2)  # a transition gave this process rank 2: chosen among the original cores
+out["masks2"] = masks()
+stop.set()
+print(json.dumps(out))
+"""
+
+
+def test_core_for_rank_cycles_over_the_allowed_cores() -> None:
+    assert [core_for_rank(r, (2, 5)) for r in range(5)] == [2, 5, 2, 5, 2]
+    assert core_for_rank(3, (7,)) == 7
+    with pytest.raises(ValueError, match="rank must be >= 0"):
+        core_for_rank(-1, (0, 1))
+    with pytest.raises(ValueError, match="no cores"):
+        core_for_rank(0, ())
+
+
+def test_unset_or_none_leaves_affinity_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = os.sched_getaffinity(0)
+    monkeypatch.delenv(ENV_CPU_BIND, raising=False)
+    assert bind_mode() == "none"
+    assert bind_rank(1) is None
+    monkeypatch.setenv(ENV_CPU_BIND, "None ")
+    assert bind_rank(0) is None
+    assert os.sched_getaffinity(0) == before
+
+
+def test_a_bad_value_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_CPU_BIND, "node")
+    with pytest.raises(ValueError, match=r"UNICRON_CPU_BIND='node' is not one of none, rank"):
+        bind_rank(0)
+    from agents.cli import main
+
+    with pytest.raises(SystemExit, match=r"UNICRON_CPU_BIND='node'"):
+        main(["--coordinator", "ws://127.0.0.1:9/ws/agent/", "--token", "t", "--devices", "1"])
+
+
+def test_every_thread_follows_the_rank_and_a_new_rank_rebinds() -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{ENV_CPU_BIND: "rank"})
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    out = json.loads(done.stdout)
+    allowed = out["allowed"]
+    assert out["core1"] == allowed[1 % len(allowed)]
+    assert out["masks1"] == [[out["core1"]]]  # the thread started before the binding too
+    assert out["masks1_late"] == [[out["core1"]]]
+    assert out["core2"] == allowed[2 % len(allowed)]
+    assert out["masks2"] == [[out["core2"]]]
