@@ -23,6 +23,16 @@ from agents.snapshots import SnapshotStore, SnapshotStoreConfig, default_root
 from agents.training.cpu_bind import bind_mode
 
 
+def _straggler_ratio(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"straggler ratio {raw!r} is not a number") from None
+    if not value > 1.0:
+        raise argparse.ArgumentTypeError(f"straggler ratio must be > 1 (slower than peers by), got {raw}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m agents", description="Unicron node agent")
     p.add_argument("--coordinator", required=True, help="WebSocket URL, e.g. ws://host:8000/ws/agent/")
@@ -37,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", default=socket.gethostname(), help="node name (default: hostname)")
     p.add_argument("--run-dir", type=Path, help="sockets, worker logs, stack dumps (default: a temp dir)")
     p.add_argument("--hang-floor", type=float, default=MonitorConfig.hang_floor_s, help="seconds")
+    p.add_argument(
+        "--straggler-ratio",
+        type=_straggler_ratio,
+        default=os.environ.get("UNICRON_STRAGGLER_RATIO", str(MonitorConfig.straggler_ratio)),
+        help="a rank whose median compute time exceeds its local peers' by this factor for "
+        f"{MonitorConfig.straggler_persistence} iterations is a straggler "
+        "(default: $UNICRON_STRAGGLER_RATIO or %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO")
     snap = p.add_argument_group("in-memory snapshots")
     snap.add_argument(
@@ -101,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         devices=args.devices,
         worker_kind=args.worker,
         node=args.node,
-        monitor=MonitorConfig(hang_floor_s=args.hang_floor),
+        monitor=MonitorConfig(hang_floor_s=args.hang_floor, straggler_ratio=args.straggler_ratio),
         run_dir=args.run_dir,
     )
     asyncio.run(run_agent(cfg, snapshot_config(args)))
