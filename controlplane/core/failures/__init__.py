@@ -3,7 +3,8 @@
 - ``classification``: :class:`Evidence`, :class:`Severity`, :class:`Action`, :class:`Classification`,
   :data:`RULES`, :func:`classify`, :func:`classify_evidence`, :func:`should_quarantine`,
   :func:`reclassify`.
-- ``detectors``: :func:`heartbeat_expired`, :class:`IterationTimeMonitor`, :class:`StragglerDetector`.
+- ``detectors``: :func:`heartbeat_expired`, :func:`mass_silence`, :class:`IterationTimeMonitor`,
+  :class:`StragglerDetector`.
 - ``evaluation``: synthetic iteration-time series and false-positive / detection-delay measurement.
 """
 
@@ -34,6 +35,7 @@ from controlplane.core.failures.detectors import (
     expired_nodes,
     heartbeat_deadline,
     heartbeat_expired,
+    mass_silence,
 )
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "expired_nodes",
     "heartbeat_deadline",
     "heartbeat_expired",
+    "mass_silence",
     "reclassify",
     "should_quarantine",
 ]

@@ -1,7 +1,9 @@
 """In-band detectors as pure, dependency-free code (DESIGN §5.1). The node agent runs these live.
 
 API:
-- :func:`heartbeat_expired`, :func:`heartbeat_deadline`, :func:`expired_nodes` — node health.
+- :func:`heartbeat_expired`, :func:`heartbeat_deadline`, :func:`expired_nodes` — node health;
+  :func:`mass_silence` — whether so many nodes fell silent at once that the control plane (or its
+  network), not the nodes, is the likely cause.
 - :class:`IterationTimeMonitor` (:class:`MonitorParams`) — per-task online iteration-time statistics:
   ``observe(duration_s, phase)`` for each completed iteration (slow-on-purpose phases are excluded),
   ``hang_threshold_s()`` (``None`` during warm-up), ``check(elapsed_s, phase)`` → :class:`HangVerdict`
@@ -24,6 +26,9 @@ from dataclasses import dataclass, field
 DEFAULT_HEARTBEAT_TIMEOUT_S = 3.0
 """§5.1: 1 s heartbeats, node loss detected within 3 s (three missed beats)."""
 
+DEFAULT_MASS_SILENCE_MIN_NODES = 3
+DEFAULT_MASS_SILENCE_FRACTION = 0.5
+
 EXCLUDED_PHASES = frozenset({"first", "warmup", "checkpoint", "eval", "evaluation", "profile"})
 """Phases the worker hook marks as slow on purpose (§5.1)."""
 
@@ -44,6 +49,26 @@ def expired_nodes(
 ) -> list[str]:
     """Nodes whose heartbeat expired, sorted by name."""
     return sorted(n for n, t in last_seen_s.items() if heartbeat_expired(t, now_s, timeout_s))
+
+
+def mass_silence(
+    watched: int,
+    silent: int,
+    min_nodes: int = DEFAULT_MASS_SILENCE_MIN_NODES,
+    fraction: float = DEFAULT_MASS_SILENCE_FRACTION,
+) -> bool:
+    """True when ``silent`` of the ``watched`` nodes fell silent together: at least ``min_nodes`` of them
+    and at least ``fraction`` of the watched ones (Kubernetes' node lifecycle controller calls this a
+    full disruption). Nodes do not fail together; a deaf control plane or a partition silences all.
+
+    Below ``min_nodes`` it is never a mass silence, so a single loss or a small cluster is handled as
+    always. ``fraction`` is compared with ``silent / watched`` (3 of 10 meets 0.3; no rounding of a product).
+    """
+    if min_nodes < 1 or not 0.0 < fraction <= 1.0:
+        raise ValueError("min_nodes must be >= 1 and fraction in (0, 1]")
+    if not 0 <= silent <= watched:
+        raise ValueError(f"silent ({silent}) must be between 0 and watched ({watched})")
+    return silent >= min_nodes and silent / watched >= fraction
 
 
 class _SortedWindow:
