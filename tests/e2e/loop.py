@@ -228,6 +228,10 @@ class Loop:
         run.mkdir(parents=True, exist_ok=True)
         log = open(run / "agent.log", "ab")  # noqa: SIM115 - owned by the child
         env = dict(self.env, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        # The tests share 2 cores with the control plane and pytest: a rank that got less CPU for a few
+        # seconds was 1.5x its peer for 5 iterations and flagged (twice: its node was quarantined, a CI
+        # failure). The drills' stragglers are 4-6x slower; a ratio of 2 still catches them.
+        env.setdefault("UNICRON_STRAGGLER_RATIO", "2.0")
         self.agents[name] = subprocess.Popen(
             [
                 sys.executable,
