@@ -74,6 +74,7 @@ sys.path.insert(0, str(REPO))
 
 from agents.training.cpu_bind import ENV_CPU_BIND  # noqa: E402
 from bench.baselines.torchrun_job import EventSink, TorchrunJob  # noqa: E402
+from bench.baselines.torchrun_worker import ENV_TASK as ENV_BASELINE_TASK  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/benchdb"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/7"
@@ -95,7 +96,7 @@ TINY_GPT: dict[str, Any] = {
 STRAGGLER_SLOWDOWN = 3.0  # the fault-drill endpoint's default
 GOODPUT_TARGET = 0.90
 PIN_MODES = {
-    "rank": "each worker bound to the core of its global rank (UNICRON_CPU_BIND=rank, both systems)",
+    "task": "each task's workers bound to one core, by task id (UNICRON_CPU_BIND=task, both systems)",
     "node": "each node pinned to one core (node-i: core (i-1) mod cores)",
     "none": "no pinning",
 }
@@ -142,6 +143,8 @@ class TaskLayout:
     dp: int
     nodes: list[str]
     """Node of each rank (index = rank)."""
+    task_id: str = ""
+    """Ours' task id: the baseline's workers run under the same id (``--pin task`` binds by it)."""
 
 
 @dataclass
@@ -202,7 +205,7 @@ class WholeSystem:
             DJANGO_SETTINGS_MODULE="controlplane.config.settings",
         )
         self.env.update(cpu_bind_env(args.pin))
-        if args.pin != "rank":
+        if args.pin != "task":
             self.env.pop(ENV_CPU_BIND, None)
         os.environ.update(
             {k: self.env[k] for k in ("UNICRON_CHECKPOINT_ROOT", "UNICRON_CHECKPOINT_INTERVAL")}
@@ -323,9 +326,9 @@ class WholeSystem:
 
 
 def cpu_bind_env(pin: str) -> dict[str, str]:
-    """The workers' environment for ``--pin``: ``rank`` binds each worker (ours and torchrun's) by its
-    global rank (:mod:`agents.training.cpu_bind`); the agents and torchrun themselves stay unbound."""
-    return {ENV_CPU_BIND: "rank"} if pin == "rank" else {}
+    """The workers' environment for ``--pin``: ``task`` binds each worker (ours and torchrun's) to the
+    core of its task (:mod:`agents.training.cpu_bind`); the agents and torchrun themselves stay unbound."""
+    return {ENV_CPU_BIND: "task"} if pin == "task" else {}
 
 
 def node_cpus(node: str) -> set[int]:
@@ -335,7 +338,7 @@ def node_cpus(node: str) -> set[int]:
     task's workers are down (on an unpinned 2-core host they would, which flatters whichever system
     keeps tasks down longer), and ranks of one node get equal shares of their core. But a rank that a
     transition moves to another node changes the cores' loads (3 ranks on one core, 1 on the other),
-    which slows tasks the move never touched: ``--pin rank`` (the default) does not.
+    which slows tasks the move never touched: ``--pin task`` (the default) does not.
     """
     cores = sorted(os.sched_getaffinity(0))
     index = int(node.rsplit("-", 1)[-1]) - 1
@@ -382,6 +385,7 @@ def current_layouts() -> dict[str, TaskLayout]:
             int(cfg.get("pp", 1)),
             int(cfg.get("dp", len(allocs))),
             [a.device.node.name for a in allocs],
+            str(t.pk),
         )
     return out
 
@@ -773,7 +777,7 @@ def run_baseline(
             run_dir,
             max_restarts=args.max_restarts,
             cpus=cpus,
-            extra_env=cpu_bind_env(args.pin),
+            extra_env={**cpu_bind_env(args.pin), ENV_BASELINE_TASK: lt.task_id or name},
         )
         jobs[name] = job
         all_jobs.append(job)
@@ -1070,8 +1074,8 @@ def main() -> None:
     p.add_argument(
         "--pin",
         choices=sorted(PIN_MODES),
-        default="rank",
-        help="how workers share the host's cores: rank (each worker on the core of its global rank, "
+        default="task",
+        help="how workers share the host's cores: task (each task's workers on one core, by task id, "
         "both systems), node (node-i's agent and workers on core (i-1) mod cores; the baseline's ranks on "
         "their nodes' cores) or none",
     )

@@ -15,7 +15,7 @@ that has already imported torch and Megatron-Core (:mod:`agents.training.spare`,
   parameters and optimizer tensors there (``e{epoch}-it{iteration}-r{rank}.pt``), and after a
   transition's state migration ``e{epoch}-migrated-r{rank}.pt``, so tests can compare states;
   ``UNICRON_STATE_DUMP_FIRST=n`` limits the iteration dumps to the first n iterations of each epoch.
-- ``UNICRON_CPU_BIND`` (optional, CPU only): ``rank`` binds the rank to one core by its global rank
+- ``UNICRON_CPU_BIND`` (optional, CPU only): ``task`` binds the worker to one core by its task
   (see :mod:`agents.training.cpu_bind`).
 
 TP/PP/DP come from the assignment. On a machine without CUDA the worker loads the CPU compatibility
@@ -85,7 +85,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.training.cpu_bind import bind_rank
+from agents.training.cpu_bind import bind_task
 from agents.training.elastic import (
     STORED_KINDS,
     RankState,
@@ -481,7 +481,7 @@ class Trainer:
         self.assign = assign
         self.hook.epoch = assign.epoch  # hook
         if not self.on_gpu:
-            bind_rank(assign.rank)  # UNICRON_CPU_BIND (emulated nodes on one host); before gloo's threads
+            bind_task(assign.task_id)  # UNICRON_CPU_BIND (emulated nodes on one host); before gloo threads
         self._init_groups(assign)
         t2 = time.perf_counter()
         par = assign.launch.parallel

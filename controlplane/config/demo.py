@@ -61,8 +61,9 @@ def fit_small_host(workers: int, cores: int) -> list[str]:
 
     - node-health deadlines: CPU-starved agents missed the production ones (suspect 2 s, lost 3 s) and
       every node was declared lost at once while the workers started;
-    - ``UNICRON_CPU_BIND=rank``: unbound, the kernel shares the cores unevenly among the workers, and a
-      rank that got less CPU for a few seconds looked like a straggler to its node's monitor;
+    - ``UNICRON_CPU_BIND=task``: unbound, the kernel shares the cores unevenly among the workers, and a
+      rank that got less CPU for a few seconds looked like a straggler to its node's monitor; bound by
+      task, the ranks of a task share one core evenly;
     - the straggler ratio, 1.5 -> 2: the drills' straggler is 3x slower, host noise is not.
 
     Returns what was done, one line each (empty if nothing)."""
@@ -78,8 +79,8 @@ def fit_small_host(workers: int, cores: int) -> list[str]:
             "(set UNICRON_LOST_AFTER_S / UNICRON_SUSPECT_AFTER_S to choose)"
         )
     if "UNICRON_CPU_BIND" not in os.environ:
-        os.environ["UNICRON_CPU_BIND"] = "rank"
-        said.append("each worker bound to one core by its rank (set UNICRON_CPU_BIND=none to choose)")
+        os.environ["UNICRON_CPU_BIND"] = "task"
+        said.append("each task's workers bound to one core (set UNICRON_CPU_BIND=none to choose)")
     if "UNICRON_STRAGGLER_RATIO" not in os.environ:
         os.environ["UNICRON_STRAGGLER_RATIO"] = str(OVERSUBSCRIBED_STRAGGLER_RATIO)
         said.append(

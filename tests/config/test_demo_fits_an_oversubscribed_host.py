@@ -1,6 +1,6 @@
 """``make demo`` on a host with fewer cores than demo workers relaxes the node-health deadlines (CPU-starved
-agents missed 3 s and every node was declared lost at once while the workers started), binds each worker
-to a core by its rank and raises the straggler ratio (uneven kernel sharing made false stragglers), each
+agents missed 3 s and every node was declared lost at once while the workers started), binds each task's
+workers to a core and raises the straggler ratio (uneven kernel sharing made false stragglers), each
 unless the operator chose it; on a big enough host it changes nothing."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_an_oversubscribed_host_gets_every_adaptation() -> None:
     assert len(said) == 3
     assert "8 workers on 2 cores" in said[0]
     assert float(os.environ["UNICRON_LOST_AFTER_S"]) == OVERSUBSCRIBED_LOST_AFTER_S
-    assert os.environ["UNICRON_CPU_BIND"] == "rank"
+    assert os.environ["UNICRON_CPU_BIND"] == "task"
     assert float(os.environ["UNICRON_STRAGGLER_RATIO"]) == OVERSUBSCRIBED_STRAGGLER_RATIO
 
 

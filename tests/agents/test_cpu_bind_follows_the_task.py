@@ -1,5 +1,5 @@
-"""UNICRON_CPU_BIND=rank: a CPU worker's threads run on the core of its global rank, rebound when a
-transition gives the process another rank; a bad value is refused by name (worker and agent)."""
+"""UNICRON_CPU_BIND=task: a CPU worker's threads run on the core of its task, rebound when a transition
+hands the process another task; a bad value is refused by name (worker and agent)."""
 
 from __future__ import annotations
 
@@ -7,66 +7,67 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
 
-from agents.training.cpu_bind import ENV_CPU_BIND, bind_mode, bind_rank, core_for_rank
+from agents.training.cpu_bind import ENV_CPU_BIND, bind_mode, bind_task, core_for_task
 
 REPO = Path(__file__).resolve().parents[2]
 
 PROBE = """
-import json, os, threading, time
-from agents.training.cpu_bind import bind_rank
+import json, os, threading
+from agents.training.cpu_bind import bind_task
 stop = threading.Event()
 early = threading.Thread(target=stop.wait)  # a thread that exists before the binding (like gloo's)
 early.start()
 def masks():
     return sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir("/proc/self/task")})
 out = {"allowed": sorted(os.sched_getaffinity(0))}
-out["core1"] = bind_rank(1)
+out["core1"] = bind_task("1")
 out["masks1"] = masks()
 late = threading.Thread(target=stop.wait)  # started after: inherits the binding
 late.start()
 out["masks1_late"] = masks()
-out["core2"] = bind_rank(2)  # a transition gave this process rank 2: chosen among the original cores
+out["core2"] = bind_task("2")  # a warm spare reused for task 2: chosen among the original cores
 out["masks2"] = masks()
 stop.set()
 print(json.dumps(out))
 """
 
 
-def test_core_for_rank_cycles_over_the_allowed_cores() -> None:
-    assert [core_for_rank(r, (2, 5)) for r in range(5)] == [2, 5, 2, 5, 2]
-    assert core_for_rank(3, (7,)) == 7
-    with pytest.raises(ValueError, match="rank must be >= 0"):
-        core_for_rank(-1, (0, 1))
+def test_a_task_keeps_its_core_whatever_its_ranks() -> None:
+    assert [core_for_task(t, (2, 5)) for t in ("1", "2", "3", "4")] == [5, 2, 5, 2]
+    assert core_for_task("7", (3,)) == 3
+    name = "gpt-alpha"  # a non-numeric id (the torchrun baseline's) by its CRC-32
+    assert core_for_task(name, (0, 1, 2)) == (0, 1, 2)[zlib.crc32(name.encode()) % 3]
     with pytest.raises(ValueError, match="no cores"):
-        core_for_rank(0, ())
+        core_for_task("1", ())
 
 
 def test_unset_or_none_leaves_affinity_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     before = os.sched_getaffinity(0)
     monkeypatch.delenv(ENV_CPU_BIND, raising=False)
     assert bind_mode() == "none"
-    assert bind_rank(1) is None
+    assert bind_task("1") is None
     monkeypatch.setenv(ENV_CPU_BIND, "None ")
-    assert bind_rank(0) is None
+    assert bind_task("0") is None
     assert os.sched_getaffinity(0) == before
 
 
 def test_a_bad_value_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ENV_CPU_BIND, "node")
-    with pytest.raises(ValueError, match=r"UNICRON_CPU_BIND='node' is not one of none, rank"):
-        bind_rank(0)
+    monkeypatch.setenv(ENV_CPU_BIND, "rank")
+    with pytest.raises(ValueError, match=r"UNICRON_CPU_BIND='rank' is not one of none, task"):
+        bind_task("1")
     from agents.cli import main
 
-    with pytest.raises(SystemExit, match=r"UNICRON_CPU_BIND='node'"):
+    with pytest.raises(SystemExit, match=r"UNICRON_CPU_BIND='rank'"):
         main(["--coordinator", "ws://127.0.0.1:9/ws/agent/", "--token", "t", "--devices", "1"])
 
 
-def test_every_thread_follows_the_rank_and_a_new_rank_rebinds() -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO), **{ENV_CPU_BIND: "rank"})
+def test_every_thread_follows_the_task_and_another_task_rebinds() -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{ENV_CPU_BIND: "task"})
     done = subprocess.run(
         [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=60, check=True
     )
