@@ -5,8 +5,10 @@ machine that emulates several nodes with CPU devices breaks that. Unbound, every
 core, so a task trains faster while another task is down (which flatters whoever keeps tasks down
 longer). Bound per emulated node, a task slows down when a transition moves one of its ranks to a node
 whose core already runs more ranks. Bound per rank (rank r on core r mod n), the two ranks of a task
-sit on different cores, each next to another task's rank: every collective step then waits for a time
-slice on both cores, and a tiny GPT iteration took 0.37 s instead of 0.10 s (measured, bench/recovery).
+sit on different cores, each next to another task's rank, so every collective step of one task waits
+for time slices that the other task holds (in one bench/recovery run its T_ff was 0.367 s against
+0.337 s bound by task, on a host whose speed drifted more than that between runs: the case is the
+coupling, not that figure).
 
 ``UNICRON_CPU_BIND=task`` binds every thread of a worker to the core of its *task*:
 ``core = allowed[task mod len(allowed)]`` (a numeric task id as is, any other by its CRC-32), among
