@@ -20,7 +20,7 @@ from pathlib import Path
 from agents.agent import Agent, AgentConfig
 from agents.monitor import MonitorConfig
 from agents.snapshots import SnapshotStore, SnapshotStoreConfig, default_root
-from agents.training.cpu_bind import bind_mode
+from agents.training.cpu_bind import bind_mode, worker_nice
 
 
 def _straggler_ratio(raw: str) -> float:
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("no token: pass --token, --token-file or set UNICRON_AGENT_TOKEN")
     try:
         bind_mode()  # its workers read UNICRON_CPU_BIND: refuse a bad value before any of them starts
+        worker_nice()
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     if args.run_dir is not None:

@@ -62,6 +62,7 @@ from typing import Any
 
 from agents.api import ExitRecord, RunResult, WorkerSpec, WorkerState
 from agents.monitor import MonitorConfig, RankMonitor, TaskStragglers
+from agents.training.cpu_bind import worker_nice
 from agents.training.elastic import TransitionSpec
 from agents.training.hook import ENV_RANK, ENV_SOCKET, ENV_STACK_FILE
 from agents.training.spare import rss_kb
@@ -99,7 +100,8 @@ def _ts(t: float) -> datetime:
 
 
 def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
-    """Worker dies with its agent (a node's agent gone means the node is gone)."""
+    """Worker dies with its agent (a node's agent gone means the node is gone); it runs at the nice value
+    of ``UNICRON_WORKER_NICE`` (checked when the agent started)."""
     try:
         import ctypes
 
@@ -107,6 +109,9 @@ def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    nice = worker_nice()
+    if nice:
+        os.nice(nice)
 
 
 class Worker:

@@ -63,3 +63,22 @@ def bind_task(task_id: str) -> int | None:
         with contextlib.suppress(ProcessLookupError, FileNotFoundError):
             os.sched_setaffinity(int(tid), {core})
     return core
+
+
+ENV_WORKER_NICE = "UNICRON_WORKER_NICE"
+
+
+def worker_nice() -> int:
+    """``UNICRON_WORKER_NICE`` (0-19, default 0): the nice value the agent starts workers and warm spares
+    with, all alike (a spare that becomes a rank is never niced differently from its peers). On a host
+    where the control plane, the agents and the workers share the cores, a positive value keeps
+    heartbeats and transitions flowing while the workers saturate the CPU; ``ValueError`` naming the
+    variable for anything else."""
+    raw = os.environ.get(ENV_WORKER_NICE, "").strip() or "0"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_WORKER_NICE}={raw!r} is not an integer") from None
+    if not 0 <= value <= 19:
+        raise ValueError(f"{ENV_WORKER_NICE}={value} is outside 0..19")
+    return value

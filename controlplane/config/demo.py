@@ -53,6 +53,7 @@ def say(line: str) -> None:
 OVERSUBSCRIBED_SUSPECT_AFTER_S = 6.0
 OVERSUBSCRIBED_LOST_AFTER_S = 12.0
 OVERSUBSCRIBED_STRAGGLER_RATIO = 2.0
+OVERSUBSCRIBED_WORKER_NICE = 10
 
 
 def fit_small_host(workers: int, cores: int) -> list[str]:
@@ -64,7 +65,10 @@ def fit_small_host(workers: int, cores: int) -> list[str]:
     - ``UNICRON_CPU_BIND=task``: unbound, the kernel shares the cores unevenly among the workers, and a
       rank that got less CPU for a few seconds looked like a straggler to its node's monitor; bound by
       task, the ranks of a task share one core evenly;
-    - the straggler ratio, 1.5 -> 2: the drills' straggler is 3x slower, host noise is not.
+    - the straggler ratio, 1.5 -> 2: the drills' straggler is 3x slower, host noise is not;
+    - ``UNICRON_WORKER_NICE=10``: with the workers at the same priority as the control plane, daphne,
+      PostgreSQL and the agents were starved so long that all four nodes fell silent at once (held by
+      the mass-silence guard, but every transition meanwhile rolled back).
 
     Returns what was done, one line each (empty if nothing)."""
     if workers <= cores:
@@ -81,6 +85,12 @@ def fit_small_host(workers: int, cores: int) -> list[str]:
     if "UNICRON_CPU_BIND" not in os.environ:
         os.environ["UNICRON_CPU_BIND"] = "task"
         said.append("each task's workers bound to one core (set UNICRON_CPU_BIND=none to choose)")
+    if "UNICRON_WORKER_NICE" not in os.environ:
+        os.environ["UNICRON_WORKER_NICE"] = str(OVERSUBSCRIBED_WORKER_NICE)
+        said.append(
+            f"workers run at nice {OVERSUBSCRIBED_WORKER_NICE}, below the control plane "
+            "(set UNICRON_WORKER_NICE to choose)"
+        )
     if "UNICRON_STRAGGLER_RATIO" not in os.environ:
         os.environ["UNICRON_STRAGGLER_RATIO"] = str(OVERSUBSCRIBED_STRAGGLER_RATIO)
         said.append(

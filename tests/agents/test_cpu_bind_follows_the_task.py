@@ -78,3 +78,35 @@ def test_every_thread_follows_the_task_and_another_task_rebinds() -> None:
     assert out["masks1_late"] == [[out["core1"]]]
     assert out["core2"] == allowed[2 % len(allowed)]
     assert out["masks2"] == [[out["core2"]]]
+
+
+NICE_PROBE = """
+import os
+from agents.supervisor import _set_pdeathsig
+before = os.nice(0)
+_set_pdeathsig()  # what the agent runs in every worker and spare before exec
+print(before, os.nice(0))
+"""
+
+
+def test_workers_start_at_the_configured_nice_value() -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO), UNICRON_WORKER_NICE="7")
+    done = subprocess.run(
+        [sys.executable, "-c", NICE_PROBE], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    before, after = (int(x) for x in done.stdout.split())
+    assert after == min(19, before + 7)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"), [("-5", "outside 0..19"), ("20", "outside 0..19"), ("x", "integer")]
+)
+def test_a_bad_nice_value_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, raw: str, message: str) -> None:
+    from agents.cli import main
+    from agents.training.cpu_bind import worker_nice
+
+    monkeypatch.setenv("UNICRON_WORKER_NICE", raw)
+    with pytest.raises(ValueError, match=message):
+        worker_nice()
+    with pytest.raises(SystemExit, match="UNICRON_WORKER_NICE"):
+        main(["--coordinator", "ws://127.0.0.1:9/ws/agent/", "--token", "t", "--devices", "1"])

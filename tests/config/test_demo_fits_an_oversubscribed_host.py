@@ -16,7 +16,13 @@ from controlplane.config.demo import (
     fit_small_host,
 )
 
-VARS = ("UNICRON_LOST_AFTER_S", "UNICRON_SUSPECT_AFTER_S", "UNICRON_CPU_BIND", "UNICRON_STRAGGLER_RATIO")
+VARS = (
+    "UNICRON_LOST_AFTER_S",
+    "UNICRON_SUSPECT_AFTER_S",
+    "UNICRON_CPU_BIND",
+    "UNICRON_STRAGGLER_RATIO",
+    "UNICRON_WORKER_NICE",
+)
 
 
 @pytest.fixture
@@ -31,7 +37,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.usefixtures("clean_env")
 def test_an_oversubscribed_host_gets_every_adaptation() -> None:
     said = fit_small_host(workers=8, cores=2)
-    assert len(said) == 3
+    assert len(said) == 4
+    assert os.environ["UNICRON_WORKER_NICE"] == "10"
     assert "8 workers on 2 cores" in said[0]
     assert float(os.environ["UNICRON_LOST_AFTER_S"]) == OVERSUBSCRIBED_LOST_AFTER_S
     assert os.environ["UNICRON_CPU_BIND"] == "task"
@@ -42,6 +49,7 @@ def test_an_oversubscribed_host_gets_every_adaptation() -> None:
 def test_the_operators_choice_and_a_big_host_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UNICRON_LOST_AFTER_S", "3")
     monkeypatch.setenv("UNICRON_CPU_BIND", "none")
+    monkeypatch.setenv("UNICRON_WORKER_NICE", "0")
     said = fit_small_host(workers=8, cores=2)
     assert said == [said[0]]
     assert "straggler ratio" in said[0]
