@@ -30,7 +30,8 @@ synchronous handler that persists it through the services (run with ``database_s
   triggers a re-plan.
 - **disconnect**: the node becomes suspect at once; the health watchdog
   (``fleet.check_node_health``) declares it lost if no heartbeat arrives within
-  ``UNICRON_LOST_AFTER_S`` of the last one.
+  ``UNICRON_LOST_AFTER_S`` of the last one (``UNICRON_MASS_SILENCE_LOST_AFTER_S`` while most nodes are
+  silent at once: see ``fleet/tasks.py``).
 
 Unexpected errors while persisting (e.g. the database is down) close the socket with 1011 so the agent
 reconnects and re-sends what it buffered; nothing is acknowledged that was not stored.
