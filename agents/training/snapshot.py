@@ -48,6 +48,7 @@ import re
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -555,7 +556,10 @@ def _cpu_copy(v: Any) -> Any:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    # A temporary name of its own: every rank of a node writes the same COMPLETE marker of a shared
+    # directory, and with one shared ".tmp" the first rename left the second with nothing to rename
+    # (FileNotFoundError: that rank's snapshot counted as failed; seen in CI).
+    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
