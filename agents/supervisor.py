@@ -99,7 +99,7 @@ def _ts(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 
 
-def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
+def _prepare_child() -> None:  # pragma: no cover - runs in the child
     """Worker dies with its agent (a node's agent gone means the node is gone); it runs at the nice value
     of ``UNICRON_WORKER_NICE`` (checked when the agent started)."""
     try:
@@ -426,7 +426,7 @@ class Supervisor:
                 stdout=logf,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_set_pdeathsig,
+                preexec_fn=_prepare_child,
             )
         sp = Spare(proc=proc, log_path=log_path, started=time.time())
         self.spares[sp.pid] = sp
@@ -606,7 +606,7 @@ class Supervisor:
                     stdout=logf,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_set_pdeathsig,
+                    preexec_fn=_prepare_child,
                 )
         w.proc = proc
         w.pid = proc.pid

@@ -82,21 +82,22 @@ def fit_small_host(workers: int, cores: int) -> list[str]:
             f"{OVERSUBSCRIBED_SUSPECT_AFTER_S:g} s / lost {OVERSUBSCRIBED_LOST_AFTER_S:g} s "
             "(set UNICRON_LOST_AFTER_S / UNICRON_SUSPECT_AFTER_S to choose)"
         )
-    if "UNICRON_CPU_BIND" not in os.environ:
-        os.environ["UNICRON_CPU_BIND"] = "task"
-        said.append("each task's workers bound to one core (set UNICRON_CPU_BIND=none to choose)")
-    if "UNICRON_WORKER_NICE" not in os.environ:
-        os.environ["UNICRON_WORKER_NICE"] = str(OVERSUBSCRIBED_WORKER_NICE)
-        said.append(
-            f"workers run at nice {OVERSUBSCRIBED_WORKER_NICE}, below the control plane "
-            "(set UNICRON_WORKER_NICE to choose)"
-        )
-    if "UNICRON_STRAGGLER_RATIO" not in os.environ:
-        os.environ["UNICRON_STRAGGLER_RATIO"] = str(OVERSUBSCRIBED_STRAGGLER_RATIO)
-        said.append(
-            f"straggler ratio {OVERSUBSCRIBED_STRAGGLER_RATIO:g}x its local peers "
-            "(set UNICRON_STRAGGLER_RATIO to choose)"
-        )
+    for name, value, line in (
+        ("UNICRON_CPU_BIND", "task", "each task's workers bound to one core"),
+        (
+            "UNICRON_WORKER_NICE",
+            str(OVERSUBSCRIBED_WORKER_NICE),
+            f"workers run at nice {OVERSUBSCRIBED_WORKER_NICE}, below the control plane",
+        ),
+        (
+            "UNICRON_STRAGGLER_RATIO",
+            str(OVERSUBSCRIBED_STRAGGLER_RATIO),
+            f"straggler ratio {OVERSUBSCRIBED_STRAGGLER_RATIO:g}x its local peers",
+        ),
+    ):
+        if name not in os.environ:
+            os.environ[name] = value
+            said.append(f"{line} (set {name} to choose)")
     return said
 
 

@@ -82,9 +82,9 @@ def test_every_thread_follows_the_task_and_another_task_rebinds() -> None:
 
 NICE_PROBE = """
 import os
-from agents.supervisor import _set_pdeathsig
+from agents.supervisor import _prepare_child
 before = os.nice(0)
-_set_pdeathsig()  # what the agent runs in every worker and spare before exec
+_prepare_child()  # what the agent runs in every worker and spare before exec
 print(before, os.nice(0))
 """
 
