@@ -4,7 +4,8 @@
    started here and owned by this process (their URLs are exported to every child).
 2. Migrations, demo accounts (admin, operator, viewer) with printed passwords and API tokens.
 3. daphne (HTTP + WebSockets), a Celery worker and Celery beat as child processes.
-4. Node agents (``--agents`` x ``--devices-per-agent`` CPU devices) running real Megatron-Core workers.
+4. Node agents (``--agents`` x ``--devices-per-agent`` CPU devices, 4 x 2 by default, 4 x 1 on a host with
+   fewer cores than that: :func:`fit_demo_size`) running real Megatron-Core workers.
 5. The workload (three GPT tasks of different weights, submitted through the REST API) and a fault
    schedule that cycles through every failure class (``--fault-every`` seconds; ``--no-faults`` turns it
    off); an agent killed by a node-loss drill is restarted after ``--repair-after`` seconds (the node
@@ -48,6 +49,42 @@ def _wait_http(url: str, timeout_s: float, children: list[subprocess.Popen[bytes
 
 def say(line: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+DEMO_AGENTS = 4
+DEMO_DEVICES_PER_AGENT = 2
+SMALL_HOST_DEVICES_PER_AGENT = 1
+
+
+def fit_demo_size(
+    agents: int | None, devices_per_agent: int | None, cores: int
+) -> tuple[int, int, list[str]]:
+    """Agents and devices per agent for the demo: ``agents`` / ``devices_per_agent`` as the operator chose
+    them (None: not chosen), else 4 agents x 2 devices, or x 1 device on a host with fewer cores than
+    the 8 workers. On 2 cores, 8 workers and 4 warm spares starved the control plane: transitions rolled
+    back on their step deadlines and nodes were declared lost; 4 workers keep a node-loss drill and a
+    choice for the planner (:func:`~controlplane.config.demo_scenario.demo_tasks` sizes the tasks).
+
+    Returns ``(agents, devices_per_agent, what was done)``; nothing is changed where the operator chose
+    either number."""
+    if agents is not None or devices_per_agent is not None:
+        return (
+            DEMO_AGENTS if agents is None else agents,
+            DEMO_DEVICES_PER_AGENT if devices_per_agent is None else devices_per_agent,
+            [],
+        )
+    if cores >= DEMO_AGENTS * DEMO_DEVICES_PER_AGENT:
+        return DEMO_AGENTS, DEMO_DEVICES_PER_AGENT, []
+    workers = DEMO_AGENTS * SMALL_HOST_DEVICES_PER_AGENT
+    return (
+        DEMO_AGENTS,
+        SMALL_HOST_DEVICES_PER_AGENT,
+        [
+            f"{workers} workers ({DEMO_AGENTS} agents x {SMALL_HOST_DEVICES_PER_AGENT} device), not "
+            f"{DEMO_AGENTS * DEMO_DEVICES_PER_AGENT}, on {cores} cores; the tasks sized to match "
+            "(pass --agents / --devices-per-agent to choose)"
+        ],
+    )
 
 
 OVERSUBSCRIBED_SUSPECT_AFTER_S = 6.0
@@ -107,8 +144,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default=os.environ.get("UNICRON_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("UNICRON_PORT", "8000")))
-    parser.add_argument("--agents", type=int, default=int(os.environ.get("UNICRON_DEMO_AGENTS", "4")))
-    parser.add_argument("--devices-per-agent", type=int, default=2)
+    agents_env = os.environ.get("UNICRON_DEMO_AGENTS")
+    parser.add_argument(
+        "--agents",
+        type=int,
+        default=int(agents_env) if agents_env else None,
+        help=f"node agents (default {DEMO_AGENTS}, or UNICRON_DEMO_AGENTS)",
+    )
+    parser.add_argument(
+        "--devices-per-agent",
+        type=int,
+        default=None,
+        help=f"CPU devices per agent (default {DEMO_DEVICES_PER_AGENT}, or 1 on a host with fewer cores than "
+        f"{DEMO_AGENTS * DEMO_DEVICES_PER_AGENT} when --agents is not given either)",
+    )
     parser.add_argument("--worker", choices=["megatron", "sim"], default="megatron")
     parser.add_argument("--exit-after-ready", action="store_true", help="stop once everything is up (smoke)")
     parser.add_argument("--no-tasks", action="store_true", help="do not submit the demo tasks")
@@ -120,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
-    adapted = fit_small_host(args.agents * args.devices_per_agent, len(os.sched_getaffinity(0)))
+    cores = len(os.sched_getaffinity(0))
+    args.agents, args.devices_per_agent, adapted = fit_demo_size(args.agents, args.devices_per_agent, cores)
+    workers = args.agents * args.devices_per_agent
+    adapted += fit_small_host(workers, cores)
     ensure_database_url()
     ensure_redis_url()
     logs = state_dir() / "logs"
@@ -257,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         api = Api(base, operator.token)
         schedule: FaultSchedule | None = None
         if not args.no_tasks and not args.exit_after_ready:
-            for task in submit_demo_tasks(api):
+            for task in submit_demo_tasks(api, workers):
                 say(f"submitted task {task['name']} (weight {task['weight']})")
             if not args.no_faults:
                 schedule = FaultSchedule(api, args.fault_every, args.first_fault_after)

@@ -1,6 +1,7 @@
 """The demo's workload and fault schedule, driven through the public REST API like a user would.
 
-- :func:`submit_demo_tasks` submits three small GPT tasks with different weights (operator token).
+- :func:`submit_demo_tasks` submits three small GPT tasks with different weights (operator token),
+  sized to the demo's workers by :func:`demo_tasks`.
 - :class:`FaultSchedule` injects one fault per interval, cycling through every failure class
   (crash, exception, hang, network error, straggler, node loss), each on a node that runs a task.
 - :class:`EventLog` prints what the control plane did: failure events (detector, severity, action,
@@ -27,6 +28,13 @@ DEMO_TASKS: tuple[dict[str, Any], ...] = (
     {"name": "gpt-beta", "weight": 2.0, "min_workers": 2, "max_workers": 4},
     {"name": "gpt-gamma", "weight": 1.0, "min_workers": 1, "max_workers": 2},
 )
+"""The tasks on the full demo (8 workers): their minimums take 5, their maximums want 10."""
+HALF_SIZE_DEMO_TASKS: tuple[dict[str, Any], ...] = (
+    {"name": "gpt-alpha", "weight": 3.0, "min_workers": 1, "max_workers": 2},
+    {"name": "gpt-beta", "weight": 2.0, "min_workers": 1, "max_workers": 2},
+    {"name": "gpt-gamma", "weight": 1.0, "min_workers": 1, "max_workers": 2},
+)
+"""The same tasks with half the workers (a small host runs 4): minimums 3, maximums 6."""
 TINY_GPT: dict[str, Any] = {
     "num_layers": 2,
     "hidden_size": 64,
@@ -69,15 +77,25 @@ class Api:
         return list(got["results"] if isinstance(got, dict) and "results" in got else got)
 
 
-def submit_demo_tasks(api: Api) -> list[dict[str, Any]]:
-    """Submit the demo tasks unless tasks with those names are already active (a restarted demo)."""
+def demo_tasks(workers: int) -> tuple[dict[str, Any], ...]:
+    """The demo tasks for ``workers`` devices: :data:`DEMO_TASKS` when their minimums leave some workers
+    over (the planner then chooses who grows, and a node loss makes it choose again), otherwise
+    :data:`HALF_SIZE_DEMO_TASKS` (on 4 workers the full-size minimums, 5, could never all run)."""
+    if sum(int(t["min_workers"]) for t in DEMO_TASKS) < workers:
+        return DEMO_TASKS
+    return HALF_SIZE_DEMO_TASKS
+
+
+def submit_demo_tasks(api: Api, workers: int) -> list[dict[str, Any]]:
+    """Submit the demo tasks for ``workers`` devices (:func:`demo_tasks`) unless tasks with those names
+    are already active (a restarted demo)."""
     active = {
         t["name"]
         for t in api.items("tasks/?limit=200")
         if t["state"] not in ("completed", "failed", "cancelled")
     }
     made = []
-    for spec in DEMO_TASKS:
+    for spec in demo_tasks(workers):
         if spec["name"] in active:
             continue
         made.append(api.call("POST", "tasks/", {**TINY_GPT, **spec}))
