@@ -41,6 +41,8 @@ log = logging.getLogger("agents.agent")
 
 ENV_SPARES = "UNICRON_SPARES"
 """Warm spare worker processes per agent (default 1; 0: none)."""
+ENV_SPARE_ZYGOTE = "UNICRON_SPARE_ZYGOTE"
+"""Fork spares from a zygote that imported torch/Megatron once (default 1; 0: each spare imports)."""
 
 EXIT_NODE_LOSS = 137
 NODE_LOSS_DELAY_S = 0.2
@@ -61,6 +63,18 @@ def env_count(name: str, default: int) -> int:
     return value
 
 
+def env_flag(name: str, default: bool) -> bool:
+    """A yes/no setting from the environment (1/0, true/false, yes/no, on/off); the error names it."""
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={raw!r} is not one of 1/0, true/false, yes/no, on/off")
+
+
 @dataclass
 class AgentConfig:
     coordinator: str
@@ -79,6 +93,10 @@ class AgentConfig:
     spares: int = field(default_factory=lambda: env_count(ENV_SPARES, 1))
     """Warm spare worker processes (:mod:`agents.training.spare`) kept ready for a restarted or added
     rank (real workers only); 0 turns them off. Default: ``UNICRON_SPARES`` or 1."""
+    spare_zygote: bool = field(default_factory=lambda: env_flag(ENV_SPARE_ZYGOTE, True))
+    """Fork the spares from a zygote process (:mod:`agents.training.zygote`) that imported torch and
+    Megatron-Core once, instead of starting each as a fresh process that imports them itself. Default:
+    ``UNICRON_SPARE_ZYGOTE`` or on."""
 
 
 class Agent:
@@ -101,6 +119,7 @@ class Agent:
             node=cfg.node,
             elastic_wait_s=cfg.elastic_wait_s,
             spares=cfg.spares,
+            zygote=cfg.spare_zygote,
         )
         self.supervisor.drill = self._drill
         self.commands = CommandRegistry()

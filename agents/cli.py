@@ -114,13 +114,16 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(str(exc)) from None
     if args.run_dir is not None:
         args.run_dir.mkdir(parents=True, exist_ok=True)
-    cfg = AgentConfig(
-        coordinator=args.coordinator,
-        token=token,
-        devices=args.devices,
-        worker_kind=args.worker,
-        node=args.node,
-        monitor=MonitorConfig(hang_floor_s=args.hang_floor, straggler_ratio=args.straggler_ratio),
-        run_dir=args.run_dir,
-    )
+    try:  # UNICRON_SPARES / UNICRON_SPARE_ZYGOTE are read here: a bad one is named, nothing starts
+        cfg = AgentConfig(
+            coordinator=args.coordinator,
+            token=token,
+            devices=args.devices,
+            worker_kind=args.worker,
+            node=args.node,
+            monitor=MonitorConfig(hang_floor_s=args.hang_floor, straggler_ratio=args.straggler_ratio),
+            run_dir=args.run_dir,
+        )
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     asyncio.run(run_agent(cfg, snapshot_config(args)))

@@ -34,6 +34,15 @@ not compete with the transition for the CPU. No ready spare: a fresh process, as
 not workers: they appear in no status or heartbeat, and they are killed when the agent stops (and by
 PDEATHSIG when it dies). Their pids and RSS are listed in ``RUN_DIR/spares.json``.
 
+The spare zygote (``zygote=True``, :mod:`agents.training.zygote`, :mod:`agents.zygote_link`): instead of
+each spare importing torch and Megatron-Core itself (3.6 s on a quiet CPU box, ~30 s on a loaded
+2-core one, on the cores the training uses), one zygote process imports them once and forks each spare
+in milliseconds. The agent makes itself a child subreaper, so a forked spare is re-parented to it and
+supervised like any other child (:class:`~agents.zygote_link.AdoptedProcess`); a spare taken from the
+zygote is replaced at once. If the zygote cannot start, dies or fails a fork, spares are started as
+fresh processes again. Processes orphaned below the agent (a killed worker's helper processes) are
+re-parented to it too: :meth:`Supervisor._reap_orphans` reaps those that exit.
+
 Warming (:attr:`Supervisor.warming`): from its start until the first spare is ready (or spare starts
 give up, or :data:`WARMING_MAX_S` passed) the supervisor is *warming*: a rank placed on this node now
 would start cold. The agent says so in Hello and Heartbeat, and the coordinator does not count a
@@ -62,11 +71,13 @@ from typing import Any
 
 from agents.api import ExitRecord, RunResult, WorkerSpec, WorkerState
 from agents.monitor import MonitorConfig, RankMonitor, TaskStragglers
+from agents.prctl import die_with_parent, session_of, zombie_children
 from agents.training.cpu_bind import worker_nice
 from agents.training.elastic import TransitionSpec
 from agents.training.hook import ENV_RANK, ENV_SOCKET, ENV_STACK_FILE
 from agents.training.spare import rss_kb
 from agents.training.worker import ENV_ELASTIC_WAIT, ENV_WORKER, WorkerAssignment
+from agents.zygote_link import AdoptedProcess, ChildProcess, ZygoteError, ZygoteLink, can_adopt
 from controlplane.core.protocol import (
     Detector,
     FaultSpec,
@@ -102,13 +113,7 @@ def _ts(t: float) -> datetime:
 def _prepare_child() -> None:  # pragma: no cover - runs in the child
     """Worker dies with its agent (a node's agent gone means the node is gone); it runs at the nice value
     of ``UNICRON_WORKER_NICE`` (checked when the agent started)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    die_with_parent()
     nice = worker_nice()
     if nice:
         os.nice(nice)
@@ -123,7 +128,7 @@ class Worker:
         self.device = device
         self.state = WorkerState.INIT
         self.pid: int | None = None
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: ChildProcess | None = None
         self.sim: Any = None  # agents.sim.SimWorker
         self.writer: asyncio.StreamWriter | None = None
         self.stack_file: Path | None = None
@@ -222,9 +227,11 @@ class Worker:
 class Spare:
     """A warm spare worker process (:mod:`agents.training.spare`) owned by the supervisor."""
 
-    proc: asyncio.subprocess.Process
+    proc: ChildProcess
     log_path: Path
     started: float
+    origin: str = "exec"
+    """``exec``: a fresh process that imports everything itself; ``zygote``: forked by the zygote."""
     writer: asyncio.StreamWriter | None = None
     """Its hook connection; set when it announced itself ready."""
     ready_s: float | None = None
@@ -288,11 +295,13 @@ class Supervisor:
         elastic_wait_s: float = 0.0,
         spares: int = 0,
         spare_refill_s: float = 10.0,
+        zygote: bool = False,
     ) -> None:
         """``elastic_wait_s`` > 0: elastic mode (workers survive collective errors and wait this long
         for a transition order; transitions reuse live processes). ``spares``: warm spare worker
         processes to keep (real workers only; 0: none); a used spare is replaced when its worker
-        finished its first iteration, or ``spare_refill_s`` after it was handed out."""
+        finished its first iteration, or ``spare_refill_s`` after it was handed out. ``zygote``: fork the
+        spares from a zygote that imported everything once (this process becomes a child subreaper)."""
         self.emit_report = emit
         self.node = node
         self.elastic_wait_s = elastic_wait_s
@@ -319,6 +328,10 @@ class Supervisor:
         self._spare_failures = 0
         self._refills = 0
         """Refills scheduled and not yet started (they count toward ``spare_count``)."""
+        self.zygote_wanted = zygote and self.spare_count > 0
+        self.zygote: ZygoteLink | None = None
+        self._early_spares: dict[int, tuple[dict[str, Any], asyncio.StreamWriter]] = {}
+        """Hellos of forked spares that arrived before the zygote's answer named their pid."""
         self._closing = False
         self.started_at: float | None = None
         """``time.monotonic()`` when :meth:`start` ran (the warming bound counts from it)."""
@@ -335,6 +348,8 @@ class Supervisor:
         self._spawn(self._monitor_loop())
         if not self._warm:
             self._spawn(self._warming_bound())
+        if self.zygote_wanted:
+            await self._start_zygote()
         await self._fill_spares()
 
     async def close(self) -> None:
@@ -342,6 +357,8 @@ class Supervisor:
         for group in list(self.groups.values()):
             await self.stop_group(group.spec.task_id, grace_s=0.0)
         await self._kill_spares()
+        if self.zygote is not None:
+            await self.zygote.close()
         for t in list(self._tasks):
             t.cancel()
         if self._server is not None:
@@ -364,6 +381,8 @@ class Supervisor:
         for sp in self.spares.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(sp.pid, signal.SIGKILL)
+        if self.zygote is not None:
+            self.zygote.kill()
 
     # ------------------------------------------------------------------ warm spares
     @property
@@ -405,8 +424,52 @@ class Supervisor:
         env.update(self.worker_env)
         return env
 
+    async def _start_zygote(self) -> None:
+        why_not = can_adopt()
+        if why_not is not None:
+            log.warning("no spare zygote: %s; spares start as fresh processes", why_not)
+            return
+        self.zygote = ZygoteLink(self.run_dir, self._worker_base_env(), _prepare_child)
+        await self.zygote.start()
+        self._spawn(self._zygote_ready(self.zygote))
+        self._spawn(self._watch_zygote(self.zygote))
+        self._spawn(self._reap_orphans())
+
+    async def _zygote_ready(self, zygote: ZygoteLink) -> None:
+        await zygote.wait_ready()  # ready or gone: either way the spares can start now
+        self._write_spares()
+        await self._fill_spares()
+
+    async def _watch_zygote(self, zygote: ZygoteLink) -> None:
+        await zygote.watch()
+        self._write_spares()
+
+    def _zygote_starting(self) -> bool:
+        return self.zygote is not None and self.zygote.state == "starting"
+
+    async def _reap_orphans(self, every_s: float = 5.0) -> None:
+        """Reap exited processes that were orphaned below the agent and re-parented to it (a subreaper),
+        such as a killed worker's checkpoint helpers. Only processes of another session than the agent's,
+        and none the supervisor waits for itself."""
+        own_session = os.getsid(0)
+        while not self._closing:
+            await asyncio.sleep(every_s)
+            owned = set(self._by_pid) | set(self.spares)
+            owned |= {w.pid for g in self.groups.values() for w in g.workers.values() if w.pid is not None}
+            if self.zygote is not None and self.zygote.pid is not None:
+                owned.add(self.zygote.pid)
+            for pid in zombie_children():
+                if pid in owned or session_of(pid) in (None, own_session):
+                    continue
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                    log.info("reaped orphan %s", pid)
+
     async def _fill_spares(self) -> None:
-        """Start spares until ``spare_count`` exist (counting scheduled refills)."""
+        """Start spares until ``spare_count`` exist (counting scheduled refills); none while the zygote
+        is still importing (it starts them when it is ready)."""
+        if self._zygote_starting():
+            return
         while (
             not self._closing
             and self._spare_failures < SPARE_START_FAILURES
@@ -417,6 +480,20 @@ class Supervisor:
     async def _start_spare(self) -> None:
         self._spare_seq += 1
         log_path = self.run_dir / f"spare-{self._spare_seq}.log"
+        if self.zygote is not None and self.zygote.ready:
+            try:
+                pid = await self.zygote.fork(log_path)
+            except ZygoteError:
+                pass  # logged; a fresh process below
+            else:
+                sp = Spare(proc=AdoptedProcess(pid), log_path=log_path, started=time.time(), origin="zygote")
+                self.spares[sp.pid] = sp
+                self._write_spares()
+                self._spawn(self._watch_spare(sp))
+                early = self._early_spares.pop(pid, None)
+                if early is not None:
+                    self._spare_ready(*early)
+                return
         with open(log_path, "ab") as logf:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -450,6 +527,9 @@ class Supervisor:
 
     def _spare_ready(self, event: dict[str, Any], writer: asyncio.StreamWriter) -> None:
         sp = self.spares.get(int(event["pid"]))
+        if sp is None and self.zygote is not None and self.zygote.ready:
+            self._early_spares[int(event["pid"])] = (event, writer)  # the zygote's answer is on its way
+            return
         if sp is None:
             log.warning("spare hello from unknown pid %s", event.get("pid"))
             writer.close()
@@ -458,7 +538,7 @@ class Supervisor:
         sp.ready_s = float(event.get("ready_s", 0.0))
         sp.rss_kb = int(event.get("rss_kb", 0)) or rss_kb(sp.pid)
         self._spare_failures = 0
-        log.info("spare %s ready after %.2f s (rss %d KiB)", sp.pid, sp.ready_s, sp.rss_kb)
+        log.info("spare %s (%s) ready after %.3f s (rss %d KiB)", sp.pid, sp.origin, sp.ready_s, sp.rss_kb)
         self._write_spares()
         self._end_warming(f"spare {sp.pid} ready")
 
@@ -494,6 +574,7 @@ class Supervisor:
                 "ready_s": sp.ready_s,
                 "rss_kb": rss_kb(sp.pid) if sp.proc.returncode is None else 0,
                 "log": str(sp.log_path),
+                "origin": sp.origin,
             }
             for sp in self.spares.values()
         ]
@@ -503,7 +584,8 @@ class Supervisor:
         path = self.run_dir / "spares.json"
         tmp = path.with_suffix(".json.tmp")
         with contextlib.suppress(OSError):
-            tmp.write_text(json.dumps({"spares": self.spare_info(), "at": time.time()}))
+            zygote = self.zygote.info() if self.zygote is not None else None
+            tmp.write_text(json.dumps({"spares": self.spare_info(), "zygote": zygote, "at": time.time()}))
             tmp.replace(path)
 
     async def _kill_spares(self) -> None:
@@ -593,7 +675,10 @@ class Supervisor:
             spare.writer.write((json.dumps(msg) + "\n").encode())
             log.info("rank %s of %s epoch %s: warm spare %s", w.rank, spec.task_id, spec.epoch, proc.pid)
             self._write_spares()
-            self._spawn(self._refill_after(w))
+            if spare.origin == "zygote" and self.zygote is not None and self.zygote.ready:
+                self._spawn(self._fill_spares())  # a fork costs milliseconds: replace it at once
+            else:
+                self._spawn(self._refill_after(w))
         else:
             env = self._worker_base_env()
             env.update(rank_env)

@@ -117,19 +117,40 @@ def become_worker(assign: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def main() -> None:
+def hook_socket_path() -> str:
+    """The agent's hook socket, from the environment (a spare or zygote not started by an agent leaves)."""
     path = os.environ.get(ENV_SOCKET)
     if not path:
         print(f"{ENV_SOCKET} is not set: spares are started by the agent", file=sys.stderr)
         os._exit(2)
+    return path
+
+
+def main() -> None:
+    path = hook_socket_path()
     t0 = time.perf_counter()
     preload()
-    ready_s = time.perf_counter() - t0
+    serve(path, time.perf_counter() - t0)
+
+
+def serve(path: str, ready_s: float, origin: str = "exec") -> None:
+    """Announce this ready spare on the hook socket, wait for the assignment, then be the worker.
+    ``origin``: ``exec`` (a process that imported everything itself) or ``zygote`` (forked from
+    :mod:`agents.training.zygote`)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
-    hello = {"ev": "spare", "pid": os.getpid(), "ready_s": round(ready_s, 3), "rss_kb": rss_kb()}
+    hello = {
+        "ev": "spare",
+        "pid": os.getpid(),
+        "ready_s": round(ready_s, 3),
+        "rss_kb": rss_kb(),
+        "origin": origin,
+    }
     sock.sendall((json.dumps(hello) + "\n").encode())
-    print(f"[spare] pid {os.getpid()} ready after {ready_s:.2f} s, rss {hello['rss_kb']} KiB", flush=True)
+    print(
+        f"[spare] pid {os.getpid()} ({origin}) ready after {ready_s:.3f} s, rss {hello['rss_kb']} KiB",
+        flush=True,
+    )
     assign, rest = wait_assignment(sock)
     print(f"[spare] pid {os.getpid()} assigned, log {assign.get('log')}", flush=True)
     become_worker(assign)
