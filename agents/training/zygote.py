@@ -19,9 +19,10 @@ points stdout/stderr at its log and continues as an ordinary spare (:func:`agent
 with ``origin: zygote``.
 
 Forking is safe here because the zygote is single-threaded when it forks: it has imported modules and
-done nothing else (no process group, no CUDA context, ``torch.set_num_threads(1)``); the fork checks
-this and refuses otherwise. Python's ``random`` is reseeded in each child; the worker seeds torch
-itself from its assignment.
+done nothing else (no process group, no CUDA context, ``torch.set_num_threads(1)``); each fork checks
+both (one thread, ``torch.cuda.is_initialized()`` false) and refuses otherwise, and the agent then starts
+fresh spare processes. The CUDA case has not yet run on a GPU node. Python's ``random`` is reseeded in
+each child; the worker seeds torch itself from its assignment.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def fork_spare(log_path: str, agent_pid: int, hook_path: str, reply_fd: int = -1
     ``reply_fd``: the zygote's reply pipe, which the spare closes."""
     if threads() != 1:
         raise RuntimeError(f"the zygote has {threads()} threads; forking it is unsafe")
+    import torch
+
+    if torch.cuda.is_initialized():
+        raise RuntimeError("the zygote initialised CUDA; a forked child could not use it")
     sys.stdout.flush()
     sys.stderr.flush()
     t0 = time.perf_counter()
