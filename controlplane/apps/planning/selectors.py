@@ -8,9 +8,15 @@ problems and a precomputed plan can be found by value:
   draining, of the cluster's planning device kind (the kind with most usable devices; a mixed cluster
   is planned over that kind only). One planning unit is one device (``unit_size = 1``); a task's
   ``allocation_unit`` restricts its own feasible counts.
+- **Reserved devices**: healthy devices of that kind on a ``suspect`` node (not quarantined) that a task
+  holds. A suspect node may be a short blip (a starved control plane, a mass silence held by the
+  watchdog), so the task keeps them — a re-plan meanwhile must not shrink it — but they are not
+  capacity: no other task is placed there until the node is healthy again. Once it is declared lost
+  they are gone like any lost device.
 - **Tasks**: every task that is pending, running, reconfiguring or suspended, in id order. ``workers``
-  = its active allocations on usable devices; ``hit`` = it holds devices that are no longer usable (a
-  lost node, an isolated device) or it is named in ``hit_tasks`` (a failure struck it).
+  = its active allocations on usable or reserved devices, ``reserved`` = those on reserved ones;
+  ``hit`` = it holds devices that are neither (a lost node, an isolated device) or it is named in
+  ``hit_tasks`` (a failure struck it).
 - **Throughput tables**: from the task's model spec on the device kind (CPU slots: ``cpu-slot``), with
   the efficiency factors last calibrated from its measured iteration times
   (``TrainingTask.throughput_table["efficiency"]``, written by the workload manager), up to
@@ -86,6 +92,7 @@ class HeldDevice:
     slot: DeviceSlot
     rank: int
     usable: bool
+    """On a usable device, or on a device reserved for it (a suspect node's)."""
 
 
 @dataclass
@@ -95,7 +102,7 @@ class ClusterView:
     device_kind: str
     kind: DeviceKind
     usable: list[DeviceSlot]
-    """Usable devices of the planning kind."""
+    """Usable devices of the planning kind (the capacity every task may be placed on)."""
     usable_nodes: list[str]
     nodes_by_name: dict[str, Node]
     tasks: list[TrainingTask]
@@ -105,14 +112,20 @@ class ClusterView:
     fleet_nodes: int = 0
     returning_nodes: tuple[str, ...] = ()
     units_per_node: int = 1
+    reserved: frozenset[DeviceSlot] = frozenset()
+    """Devices on suspect nodes held by a task: usable by that task only, never free."""
 
     def free(self) -> list[DeviceSlot]:
         taken = {h.slot for hs in self.held.values() for h in hs}
         return [d for d in self.usable if d not in taken]
 
     def current(self, task_pk: int) -> dict[DeviceSlot, int]:
-        """The task's usable devices with their ranks."""
+        """The task's usable (or reserved) devices with their ranks."""
         return {h.slot: h.rank for h in self.held.get(task_pk, []) if h.usable}
+
+    def releasable(self, slots: Iterable[DeviceSlot]) -> list[DeviceSlot]:
+        """Of ``slots`` a task gives up, those another task may take (not a suspect node's)."""
+        return [d for d in slots if d not in self.reserved]
 
 
 def _planning_kind(devices: list[tuple[str, bool]]) -> str:
@@ -130,6 +143,9 @@ def load_cluster() -> ClusterView:
 
     def node_ok(n: Node) -> bool:
         return n.state == NodeState.HEALTHY and not n.quarantined
+
+    def node_suspect(n: Node) -> bool:
+        return n.state == NodeState.SUSPECT and not n.quarantined
 
     rows = [(d.kind, node_ok(nodes[d.node_id]) and d.state == DeviceState.HEALTHY) for d in devices]
     kind_name = _planning_kind(rows)
@@ -151,10 +167,14 @@ def load_cluster() -> ClusterView:
     usable_ids = {s.device_id for s in usable}
     usable_nodes = sorted({s.node for s in usable})
     tasks = list(TrainingTask.objects.filter(state__in=PLANNED_TASK_STATES).order_by("pk"))
+    on_suspect = {d.pk for d in of_kind if node_suspect(nodes[d.node_id]) and d.state == DeviceState.HEALTHY}
     held: dict[int, list[HeldDevice]] = {}
+    reserved: set[DeviceSlot] = set()
     active = Allocation.objects.filter(active=True, task__in=[t.pk for t in tasks])
     for a in active.order_by("task_id", "rank"):
-        ok = a.device_id in usable_ids
+        if a.device_id in on_suspect:
+            reserved.add(slot[a.device_id])
+        ok = a.device_id in usable_ids or a.device_id in on_suspect
         held.setdefault(a.task_id, []).append(HeldDevice(slot[a.device_id], a.rank, ok))
     usable_per_node = Counter(s.node for s in usable)
     units = Counter(usable_per_node.values()).most_common(1)
@@ -177,6 +197,7 @@ def load_cluster() -> ClusterView:
         fleet_nodes=sum(1 for n in nodes.values() if not n.quarantined),
         returning_nodes=returning,
         units_per_node=units[0][0] if units else 1,
+        reserved=frozenset(reserved),
     )
 
 
@@ -244,6 +265,7 @@ def planner_task(task: TrainingTask, view: ClusterView, hit: bool = False) -> Pl
         min_workers=task.min_workers,
         max_workers=task.max_workers,
         transition=transition_model(task),
+        reserved=sum(1 for h in held if h.usable and h.slot in view.reserved),
     )
 
 
@@ -261,7 +283,8 @@ def cluster_state_of(view: ClusterView, hit_tasks: Iterable[int] = ()) -> Cluste
             if h.usable:
                 per = placement.setdefault(h.slot.node, {})
                 per[str(task_pk)] = per.get(str(task_pk), 0) + 1
-    return ClusterState(problem, placement, view.returning_nodes, view.units_per_node)
+    suspect = tuple(sorted({d.node for d in view.reserved} & set(placement)))
+    return ClusterState(problem, placement, view.returning_nodes, view.units_per_node, suspect)
 
 
 def build_cluster_state(hit_tasks: Iterable[int] = ()) -> ClusterState:
@@ -282,5 +305,5 @@ def build_planning_problem(hit_tasks: Iterable[int] = (), *, healthy: bool = Fal
     view_devices = Device.objects.filter(node__quarantined=False)
     kind = _planning_kind([(d.kind, True) for d in view_devices])
     total = view_devices.filter(kind=kind).count()
-    tasks = tuple(replace(t, workers=0, hit=False) for t in problem.tasks)
+    tasks = tuple(replace(t, workers=0, reserved=0, hit=False) for t in problem.tasks)
     return replace(problem, tasks=tasks, capacity_units=total)

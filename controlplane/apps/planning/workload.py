@@ -190,6 +190,7 @@ def _snapshot(view: ClusterView, problem: PlanningProblem) -> dict[str, Any]:
                 "weight": t.weight,
                 "workers": t.workers,
                 "hit": t.hit,
+                "reserved": t.reserved,
                 "min_workers": t.min_workers,
                 "max_workers": t.max_workers,
                 "feasible": list(t.table.feasible_counts),
@@ -271,7 +272,7 @@ def _carry_out(
     hit = hit or any(not h.usable for h in held)
     if new_workers == 0:
         if held or task.state in (TaskState.RUNNING, TaskState.RECONFIGURING):
-            free[:] = sorted(set(free) | set(current))  # its devices go to the tasks that grow
+            free[:] = sorted(set(free) | set(view.releasable(current)))  # to the tasks that grow
             return suspend(plan, task, held, view, failure_event)
         do_set_task_plan_fields(task, pending_reason=_pending_reason(task, view, len(free)))
         return None
@@ -295,7 +296,9 @@ def _carry_out(
         log.warning("task %s: %s", task.pk, exc)
         return None
     chosen = {p.device for p in placements}
-    free[:] = sorted([d for d in free if d not in chosen] + [d for d in current if d not in chosen])
+    free[:] = sorted(
+        [d for d in free if d not in chosen] + [d for d in view.releasable(current) if d not in chosen]
+    )
     alive = alive_ranks(task, held)
     kind = TransitionKind.RECONFIGURE if alive else TransitionKind.LAUNCH
     return start_transition(

@@ -10,11 +10,17 @@ API:
 
 Objective: maximise Σ G(t_i, x'_i) subject to Σ x'_i ≤ capacity; among (near-)equal optima prefer
 the plan that moves fewer workers (Σ |x'_i - x_i|), then the one using fewer units. The DP is
-``S[i][j] = max_k S[i-1][j-k] + G(t_i, k)`` over k ∈ {0} + feasible counts (in units); the inner
+``S[i][j] = max_k S[i-1][j-c(k)] + G(t_i, k)`` over k ∈ {0} + feasible counts (in units); the inner
 loop is vectorised over j with numpy (the only reason numpy is used: 64 tasks x ~150 feasible counts
 x 2,049 capacities is 20 M pure-Python steps, too slow for the 2 s target). Counts k dominated by a
 smaller count (no more gain, no fewer moves) are dropped first: with Σ ≤ capacity, S[i-1] is
 non-decreasing in j, so a dominated k can never be strictly better.
+
+Reserved workers: a task may hold devices that only it can use (``TaskState.reserved``: devices on a
+node that is suspect, not yet lost — it may be a short blip, so the task keeps them, but nobody else is
+placed there). They count against no shared capacity: count k costs ``c(k) = ⌈max(k·u - reserved, 0) /
+u⌉`` units of ``capacity_units`` (the healthy devices), ``c(k) = k`` for a task without reserved
+workers. A task that shrinks below its reservation leaves the rest idle rather than giving it away.
 """
 
 from __future__ import annotations
@@ -47,17 +53,27 @@ class TaskState:
     min_workers: int = 0
     max_workers: int | None = None
     transition: TransitionModel = field(default_factory=TransitionModel)
+    reserved: int = 0
+    """Of ``workers``, those on devices only this task may use (its devices on a suspect node): they take
+    no shared capacity, and are not given to another task while the node may still come back."""
 
     def __post_init__(self) -> None:
         if self.weight < 0:
             raise ValueError(f"task {self.task_id}: weight must be >= 0")
         if self.workers < 0 or self.min_workers < 0:
             raise ValueError(f"task {self.task_id}: worker counts must be >= 0")
+        if not 0 <= self.reserved <= self.workers:
+            raise ValueError(f"task {self.task_id}: reserved must be within 0..workers")
+
+    def shared_units(self, workers: int, unit_size: int) -> int:
+        """Units of shared capacity that ``workers`` workers take (its reserved ones take none)."""
+        return -(-max(workers - self.reserved, 0) // unit_size)
 
 
 @dataclass(frozen=True, slots=True)
 class PlanningProblem:
-    """Choose x'_i for every task with Σ x'_i ≤ capacity_units · unit_size."""
+    """Choose x'_i for every task with Σ x'_i ≤ capacity_units · unit_size (workers a task holds in
+    reserve, ``TaskState.reserved``, are not counted against ``capacity_units``)."""
 
     tasks: tuple[TaskState, ...]
     capacity_units: int
@@ -92,6 +108,8 @@ class Candidate:
     gain: float
     penalty: float
     moved: int
+    cost: int
+    """Units of shared capacity it takes: ``units`` less the task's reserved ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +148,8 @@ class Plan:
     unit_size: int
     d_running_s: float
     compute_time_s: float = 0.0
+    reserved_workers: int = 0
+    """Workers the tasks held in reserve (on suspect nodes), usable by their own task only."""
 
     @property
     def new_counts(self) -> dict[str, int]:
@@ -147,7 +167,7 @@ class Plan:
 
     def explain(self) -> str:
         """A human-readable account: what changes, why, and the marginal value of a unit per task."""
-        cap = self.capacity_units * self.unit_size
+        cap = self.capacity_units * self.unit_size + self.reserved_workers
         lines = [
             f"{self.method}: {self.used_workers}/{cap} workers used, expected WAF "
             f"{self.expected_waf / 1e12:.2f} TFLOP/s over D_running={self.d_running_s:.0f}s, "
@@ -178,7 +198,7 @@ def task_candidates(problem: PlanningProblem, task: TaskState, *, prune: bool = 
     u = problem.unit_size
     ks = [0]
     for x in task.table.feasible_counts:
-        if x % u or x // u > problem.capacity_units or x < task.min_workers:
+        if x % u or task.shared_units(x, u) > problem.capacity_units or x < task.min_workers:
             continue
         if task.max_workers is not None and x > task.max_workers:
             continue
@@ -197,7 +217,7 @@ def task_candidates(problem: PlanningProblem, task: TaskState, *, prune: bool = 
             min_workers=task.min_workers,
             max_workers=task.max_workers,
         )
-        out.append(Candidate(k, k * u, g, pen, abs(k * u - task.workers)))
+        out.append(Candidate(k, k * u, g, pen, abs(k * u - task.workers), task.shared_units(k * u, u)))
     if not prune:
         return out
     eps = TIE_RELATIVE_TOLERANCE * max(1.0, max(abs(c.gain) for c in out))
@@ -220,7 +240,7 @@ def _marginals(problem: PlanningProblem, task: TaskState, workers: int) -> tuple
         if x % u == 0 and x >= task.min_workers and (task.max_workers is None or x <= task.max_workers)
     ]
     f = waf(task.weight, task.table, workers, task.min_workers, task.max_workers)
-    up_counts = [x for x in counts if x > workers and x <= problem.capacity_workers]
+    up_counts = [x for x in counts if x > workers and task.shared_units(x, u) <= problem.capacity_units]
     down_counts = [x for x in counts if x < workers] or [0]
     up = None
     if up_counts:
@@ -271,6 +291,7 @@ def make_plan(problem: PlanningProblem, units: Sequence[int], method: str, elaps
         problem.unit_size,
         problem.d_running_s,
         elapsed_s,
+        sum(t.reserved for t in problem.tasks),
     )
 
 
@@ -289,7 +310,7 @@ def plan(problem: PlanningProblem) -> Plan:
         new_mov = np.zeros(n + 1, dtype=np.int64)
         choice = np.zeros(n + 1, dtype=np.int32)
         for idx, c in enumerate(cs):
-            k = c.units
+            k = c.cost  # shared units: a task's reserved workers take none
             cand_val = val[: n + 1 - k] + c.gain
             cand_mov = mov[: n + 1 - k] + c.moved
             cur_val = new_val[k:]
@@ -305,7 +326,7 @@ def plan(problem: PlanningProblem) -> Plan:
     for i in range(len(cands) - 1, -1, -1):
         c = cands[i][int(choices[i][j])]
         units[i] = c.units
-        j -= c.units
+        j -= c.cost
     return make_plan(problem, units, "dp", time.perf_counter() - t0)
 
 
@@ -313,14 +334,14 @@ def brute_force_plan(problem: PlanningProblem) -> Plan:
     """Exhaustive search over every combination of candidate counts (small instances only).
 
     Same objective and tie rule as :func:`plan`: maximum Σ G, then fewest moved workers, then fewest
-    units.
+    units of shared capacity.
     """
     t0 = time.perf_counter()
     cands = [task_candidates(problem, t) for t in problem.tasks]
     scale = sum(max(abs(c.gain) for c in cs) for cs in cands) if cands else 0.0
     eps = TIE_RELATIVE_TOLERANCE * max(scale, 1.0)
-    combos = [combo for combo in product(*cands) if sum(c.units for c in combo) <= problem.capacity_units]
+    combos = [combo for combo in product(*cands) if sum(c.cost for c in combo) <= problem.capacity_units]
     best_val = max(sum(c.gain for c in combo) for combo in combos)
     near = [combo for combo in combos if sum(c.gain for c in combo) >= best_val - eps]
-    best = min(near, key=lambda combo: (sum(c.moved for c in combo), sum(c.units for c in combo)))
+    best = min(near, key=lambda combo: (sum(c.moved for c in combo), sum(c.cost for c in combo)))
     return make_plan(problem, [c.units for c in best], "brute-force", time.perf_counter() - t0)

@@ -3,7 +3,7 @@
 API:
 - Events: :class:`NodeLost`, :class:`NodeReturned`, :class:`TaskCompleted` (``PlanEvent`` union).
 - :class:`ClusterState` — the planning problem plus where each task's workers sit (node → task →
-  workers) and which nodes may come back.
+  workers), which nodes may come back and which are suspect (their workers are their tasks' reserve).
 - :func:`apply_event` — the planning problem right after an event (pure).
 - :class:`PrecomputedPlans` — ``build(state)`` plans every likely next event; ``lookup(event)`` is a
   dict access; ``decide(event)`` falls back to a fresh DP for an unforeseen event; ``refresh(state)``
@@ -46,10 +46,14 @@ class ClusterState:
 
     problem: PlanningProblem
     placement: Mapping[str, Mapping[str, int]]
-    """node -> {task_id: workers on that node}; every usable node appears (idle ones with {})."""
+    """node -> {task_id: workers on that node}; every usable node appears (idle ones with {}), and every
+    suspect node where a task holds workers."""
     returning_nodes: tuple[str, ...] = ()
     """Nodes out of service that may come back (under repair, drained)."""
     units_per_node: int = 1
+    suspect_nodes: tuple[str, ...] = ()
+    """Nodes of ``placement`` that are suspect: their workers are reserved (``TaskState.reserved``) and
+    their devices are no part of ``capacity_units``. Their loss is the likeliest next event."""
 
     def __post_init__(self) -> None:
         frozen = {n: MappingProxyType(dict(m)) for n, m in self.placement.items()}
@@ -65,18 +69,26 @@ class ClusterState:
 
 def apply_event(state: ClusterState, event: PlanEvent) -> PlanningProblem:
     """The problem to solve right after ``event`` (workers on a lost node are gone and their tasks
-    marked hit; a returned node adds capacity; a completed task leaves and frees its workers)."""
+    marked hit; a returned node adds capacity; a completed task leaves and frees its workers). A
+    suspect node's loss takes its tasks' reserved workers, not shared capacity (it had none in it)."""
     p = state.problem
     match event:
         case NodeLost(node):
             lost = state.placement.get(node, {})
+            suspect = node in state.suspect_nodes
             tasks = tuple(
-                replace(t, workers=max(t.workers - lost[t.task_id], 0), hit=True)
+                replace(
+                    t,
+                    workers=max(t.workers - lost[t.task_id], 0),
+                    reserved=max(t.reserved - lost[t.task_id], 0) if suspect else t.reserved,
+                    hit=True,
+                )
                 if lost.get(t.task_id, 0) > 0
                 else t
                 for t in p.tasks
             )
-            return replace(p, tasks=tasks, capacity_units=max(p.capacity_units - state.units_per_node, 0))
+            capacity = p.capacity_units if suspect else max(p.capacity_units - state.units_per_node, 0)
+            return replace(p, tasks=tasks, capacity_units=capacity)
         case NodeReturned():
             return replace(p, capacity_units=p.capacity_units + state.units_per_node)
         case TaskCompleted(task_id):
