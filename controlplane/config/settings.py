@@ -182,6 +182,11 @@ UNICRON_TRANSITION_ROLLBACK_S = env_float("UNICRON_TRANSITION_ROLLBACK_S", 900.0
 UNICRON_SETTLE_WINDOW_S = env_float("UNICRON_SETTLE_WINDOW_S", 0.4, minimum=0.0)
 UNICRON_STEP_DEADLINE_S = env_float("UNICRON_STEP_DEADLINE_S", 60.0, minimum=0.1)  # acks of a step
 UNICRON_RESUME_DEADLINE_S = env_float("UNICRON_RESUME_DEADLINE_S", 180.0, minimum=0.1)  # first iteration
+# ... or this many of the task's recent median iteration times when longer, up to the factor x the floor
+# (controlplane.core.transitions.deadlines)
+UNICRON_STEP_DEADLINE_ITERATIONS = env_float("UNICRON_STEP_DEADLINE_ITERATIONS", 200.0, minimum=0.0)
+UNICRON_RESUME_DEADLINE_ITERATIONS = env_float("UNICRON_RESUME_DEADLINE_ITERATIONS", 600.0, minimum=0.0)
+UNICRON_DEADLINE_MAX_FACTOR = env_float("UNICRON_DEADLINE_MAX_FACTOR", 5.0, minimum=1.0)
 UNICRON_CHECKPOINT_ROOT = env_str("UNICRON_CHECKPOINT_ROOT", str(BASE_DIR / ".run" / "checkpoints"))
 UNICRON_CHECKPOINT_INTERVAL = env_int("UNICRON_CHECKPOINT_INTERVAL", 50, minimum=0)
 UNICRON_SNAPSHOT_INTERVAL = env_int("UNICRON_SNAPSHOT_INTERVAL", 10, minimum=0)

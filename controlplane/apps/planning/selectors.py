@@ -30,6 +30,7 @@ problems and a precomputed plan can be found by value:
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,8 @@ from django.db.models import Prefetch, QuerySet
 
 from controlplane.apps.fleet.choices import DeviceState, NodeState
 from controlplane.apps.fleet.models import Device, Node
+from controlplane.apps.metrics.choices import MetricKind
+from controlplane.apps.metrics.models import MetricSample
 from controlplane.apps.planning.models import Plan, Transition, TransitionStep
 from controlplane.apps.training.choices import TaskState
 from controlplane.apps.training.fit import ClusterKind, _device_kind
@@ -69,6 +72,7 @@ PLANNED_TASK_STATES = (
     TaskState.SUSPENDED,
 )
 DEFAULT_DEVICE_KIND = "cpu-slot"
+RECENT_ITERATION_SAMPLES = 20
 
 
 def list_plans() -> QuerySet[Plan]:
@@ -78,6 +82,16 @@ def list_plans() -> QuerySet[Plan]:
 def list_transitions() -> QuerySet[Transition]:
     steps = Prefetch("steps", queryset=TransitionStep.objects.order_by("order"))
     return Transition.objects.select_related("plan", "task").prefetch_related(steps)
+
+
+def get_recent_iteration_s(task: TrainingTask, samples: int = RECENT_ITERATION_SAMPLES) -> float | None:
+    """The median of the task's last ``samples`` measured iteration times (any epoch), or None."""
+    recent = list(
+        MetricSample.objects.filter(task=task, kind=MetricKind.ITERATION_TIME)
+        .order_by("-at")
+        .values_list("value", flat=True)[:samples]
+    )
+    return statistics.median(recent) if recent else None
 
 
 # --------------------------------------------------------------------------------------------------

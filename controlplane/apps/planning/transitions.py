@@ -21,7 +21,6 @@ its failure events are resolved and the task is running again.
 from __future__ import annotations
 
 import logging
-import statistics
 from datetime import timedelta
 from typing import Any
 
@@ -34,10 +33,9 @@ from controlplane.apps.fleet.services import do_wake_stale_commands
 from controlplane.apps.incidents.choices import Action
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.incidents.services import do_resolve_failure_event
-from controlplane.apps.metrics.choices import MetricKind
-from controlplane.apps.metrics.models import MetricSample
 from controlplane.apps.planning.choices import StepState, TransitionKind, TransitionState
 from controlplane.apps.planning.models import Transition, TransitionStep
+from controlplane.apps.planning.selectors import get_recent_iteration_s
 from controlplane.apps.planning.services import do_set_step_state, do_set_transition_state
 from controlplane.apps.planning.triggers import request_failure_handling, request_transition_advance
 from controlplane.apps.planning.workload import orchestration_lock
@@ -197,12 +195,7 @@ def _complete(t: Transition, steps: list[TransitionStep]) -> None:
         expected_next = (t.resume_iteration + 1) if t.resume_iteration is not None else resumed_at
         lost_iterations = max(expected_next - resumed_at, 0)
         lost_mb = lost_iterations * micro_per_iteration
-    recent = list(
-        MetricSample.objects.filter(task=task, kind=MetricKind.ITERATION_TIME)
-        .order_by("-at")
-        .values_list("value", flat=True)[:20]
-    )
-    iteration_s = statistics.median(recent) if recent else 0.0
+    iteration_s = get_recent_iteration_s(task) or 0.0
     sources = dict(t.migration_sources or {})
     for rank, e in reported.items():
         rep = e.get("report") if isinstance(e, dict) else None
@@ -304,8 +297,11 @@ def check_transitions() -> dict[str, int]:
             overdue = t.steps.filter(state=StepState.RUNNING, deadline_at__lt=now).order_by("order").first()
             if overdue is None:
                 continue
-            waited = (now - (overdue.started_at or t.created_at)).total_seconds()
-            fail_transition(t, f"step {overdue.name} timed out after {waited:.1f}s", _culprit(t, overdue))
+            began = overdue.started_at or t.created_at
+            waited = (now - began).total_seconds()
+            allowed = (overdue.deadline_at - began).total_seconds() if overdue.deadline_at else waited
+            reason = f"step {overdue.name} timed out after {waited:.1f}s (deadline {allowed:.0f}s)"
+            fail_transition(t, reason, _culprit(t, overdue))
             failed += 1
     stale = FailureEvent.objects.filter(
         handled_at__isnull=True, detected_at__lt=now - timedelta(seconds=UNHANDLED_GRACE_S)

@@ -42,6 +42,7 @@ from controlplane.apps.planning.selectors import (
     ClusterView,
     HeldDevice,
     cluster_state_of,
+    get_recent_iteration_s,
     load_cluster,
     task_spec,
 )
@@ -76,6 +77,7 @@ from controlplane.core.protocol import (
     StateSource,
     WorkerLaunch,
 )
+from controlplane.core.transitions.deadlines import step_deadline_s
 from controlplane.core.transitions.migration import LiveShard, NewRank, SnapshotCopy, choose_state_sources
 from controlplane.core.transitions.snapshots import complete_snapshot_copies
 
@@ -349,6 +351,28 @@ def _deadline(seconds: float) -> Any:
     return timezone.now() + timedelta(seconds=seconds)
 
 
+def step_deadlines_s(task: TrainingTask) -> tuple[float, float]:
+    """Seconds allowed to a command step (acks) and to the resume step (every rank's first iteration)
+    of a transition of ``task``: the configured floors, longer on a host where the task's recent
+    iterations are slow (:func:`~controlplane.core.transitions.deadlines.step_deadline_s`)."""
+    iteration_s = get_recent_iteration_s(task)
+    cap = float(settings.UNICRON_DEADLINE_MAX_FACTOR)
+    return (
+        step_deadline_s(
+            float(settings.UNICRON_STEP_DEADLINE_S),
+            iteration_s,
+            float(settings.UNICRON_STEP_DEADLINE_ITERATIONS),
+            cap,
+        ),
+        step_deadline_s(
+            float(settings.UNICRON_RESUME_DEADLINE_S),
+            iteration_s,
+            float(settings.UNICRON_RESUME_DEADLINE_ITERATIONS),
+            cap,
+        ),
+    )
+
+
 def suspend(
     plan: Plan,
     task: TrainingTask,
@@ -364,7 +388,7 @@ def suspend(
         ["stop"],
         len(held),
         0,
-        step_deadlines=[_deadline(settings.UNICRON_STEP_DEADLINE_S)],
+        step_deadlines=[_deadline(step_deadlines_s(task)[0])],
         kind=TransitionKind.SUSPEND,
         failure_event=failure_event,
         previous_epoch=task.epoch,
@@ -565,7 +589,7 @@ def start_transition(
         TransitionKind.RETRY: "retry",
     }.get(kind, "reconfigure")
     names = (["stop"] if stop_nodes else []) + [command_step, "resume"]
-    step_s, resume_s = float(settings.UNICRON_STEP_DEADLINE_S), float(settings.UNICRON_RESUME_DEADLINE_S)
+    step_s, resume_s = step_deadlines_s(task)
     t = do_create_transition(
         plan,
         task,

@@ -1,9 +1,11 @@
 """Transitions (DESIGN §7): where each rank of a new epoch takes its state from, and what it costs.
 
 Pure: no Django, no torch. ``migration`` chooses state sources by the nearest principle;
-``snapshots`` turns agents' snapshot reports into the complete copies it chooses from.
+``snapshots`` turns agents' snapshot reports into the complete copies it chooses from; ``deadlines``
+scales a step's deadline with the task's measured iteration time.
 """
 
+from controlplane.core.transitions.deadlines import step_deadline_s
 from controlplane.core.transitions.migration import (
     SOURCE_ORDER,
     LiveShard,
@@ -23,4 +25,5 @@ __all__ = [
     "choose_state_sources",
     "complete_snapshot_copies",
     "megatron_shard_of",
+    "step_deadline_s",
 ]
