@@ -7,7 +7,9 @@ a snapshot outlives the worker that wrote it. The store:
 - scans the root, lists the *complete* snapshots (``COMPLETE`` marker present) as ``SnapshotInfo``,
   one per (task, origin node, epoch, iteration); a half-written one is never listed;
 - keeps only the newest complete snapshot per (task, origin) and deletes the older ones, the
-  incomplete ones older than it, stale incomplete ones, and everything of a dropped task;
+  incomplete ones older than it, stale incomplete ones, and everything of a dropped task; the one
+  complete snapshot just before the newest is kept for ``superseded_grace_s`` after the newest
+  completed, because a transition planned from the last heartbeat may still fetch it;
 - replicates each new complete snapshot of this node's ranks to the peer agent named in the
   workers' launch (``WorkerLaunch.snapshot_replica``), and receives peers' replicas;
 - serves snapshots to peers and fetches a peer's into local shm (``await store.fetch(...)``).
@@ -88,6 +90,11 @@ class SnapshotStoreConfig:
     """Per network step (connect, header, each chunk)."""
     stale_incomplete_s: float = 300.0
     """An incomplete snapshot untouched this long lost its writer: deleted."""
+    superseded_grace_s: float = 30.0
+    """The complete snapshot a newer one superseded is kept this long after the newer one completed:
+    the coordinator plans a transition from the snapshots a heartbeat listed, and its command may ask a
+    peer for that snapshot after the next one completed (``make demo`` hit exactly this: "no complete
+    snapshot of task 1 at iteration 369")."""
     enabled: bool = True
 
 
@@ -256,17 +263,25 @@ class SnapshotStore:
         return find_snapshot(self.root, task_id, iteration)
 
     def gc(self, now: float | None = None) -> list[Path]:
-        """Delete what is not the newest complete snapshot per (task, origin); returns what went."""
+        """Delete what is not the newest complete snapshot per (task, origin) (or, within the grace
+        period, the one before it); returns what went."""
         now = time.time() if now is None else now
         snaps = self._all()
-        newest = {(s.task_id, s.origin): s.order for s in self.newest()}
+        newest = {(s.task_id, s.origin): s for s in self.newest()}
+        previous: dict[tuple[str, str], tuple[int, int]] = {}
+        for s in snaps:
+            k = (s.task_id, s.origin)
+            if s.complete and k in newest and previous.get(k, (-1, -1)) < s.order < newest[k].order:
+                previous[k] = s.order
         gone = []
         for s in snaps:
-            keep_from = newest.get((s.task_id, s.origin))
+            k = (s.task_id, s.origin)
+            keep_from = newest[k].order if k in newest else None
             if s.task_id in self._dropped:
                 drop = True
             elif s.complete:
-                drop = keep_from is not None and s.order < keep_from
+                in_grace = s.order == previous.get(k) and now - newest[k].mtime < self.cfg.superseded_grace_s
+                drop = keep_from is not None and s.order < keep_from and not in_grace
             else:  # being written, or its writer died
                 drop = (keep_from is not None and s.order <= keep_from) or (
                     now - s.mtime > self.cfg.stale_incomplete_s
