@@ -50,6 +50,7 @@ bench: install
 	$(BIN)/python bench/iteration.py
 	$(BIN)/python bench/detection.py
 	$(BIN)/python bench/transition.py
+	$(BIN)/python bench/spares.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python -m controlplane.core.sim all
 
