@@ -328,6 +328,8 @@ class Supervisor:
         self._spare_failures = 0
         self._refills = 0
         """Refills scheduled and not yet started (they count toward ``spare_count``)."""
+        self._starting = 0
+        """Spare starts in progress (a fork or exec awaited; they count toward ``spare_count``)."""
         self.zygote_wanted = zygote and self.spare_count > 0
         self.zygote: ZygoteLink | None = None
         self._early_spares: dict[int, tuple[dict[str, Any], asyncio.StreamWriter]] = {}
@@ -458,6 +460,8 @@ class Supervisor:
             owned |= {w.pid for g in self.groups.values() for w in g.workers.values() if w.pid is not None}
             if self.zygote is not None and self.zygote.pid is not None:
                 owned.add(self.zygote.pid)
+            if self.zygote is not None and self.zygote.forking:
+                continue  # a spare that died at once is ours before the zygote's answer names it
             for pid in zombie_children():
                 if pid in owned or session_of(pid) in (None, own_session):
                     continue
@@ -473,9 +477,13 @@ class Supervisor:
         while (
             not self._closing
             and self._spare_failures < SPARE_START_FAILURES
-            and len(self.spares) + self._refills < self.spare_count
+            and len(self.spares) + self._refills + self._starting < self.spare_count
         ):
-            await self._start_spare()
+            self._starting += 1
+            try:
+                await self._start_spare()
+            finally:
+                self._starting -= 1
 
     async def _start_spare(self) -> None:
         self._spare_seq += 1
@@ -486,7 +494,13 @@ class Supervisor:
             except ZygoteError:
                 pass  # logged; a fresh process below
             else:
-                sp = Spare(proc=AdoptedProcess(pid), log_path=log_path, started=time.time(), origin="zygote")
+                try:
+                    adopted = AdoptedProcess(pid)
+                except ProcessLookupError:  # reaped already: never seen on Linux, but not a crash
+                    log.warning("forked spare %s vanished before the agent adopted it", pid)
+                    self._spare_failures += 1
+                    return
+                sp = Spare(proc=adopted, log_path=log_path, started=time.time(), origin="zygote")
                 self.spares[sp.pid] = sp
                 self._write_spares()
                 self._spawn(self._watch_spare(sp))

@@ -119,6 +119,11 @@ class ZygoteLink:
         return self.state == "ready"
 
     @property
+    def forking(self) -> bool:
+        """A fork request is in flight (its spare exists but is not registered yet)."""
+        return self._lock.locked()
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
