@@ -283,15 +283,17 @@ def run(cfg: dict[str, Any]) -> None:
         )
         finalize_model_grads([ddp])
         optimizer.step()
+        if writer is not None and ref_dir is not None and writer.due(it):
+            # the reference goes first: a snapshot is written in the background and may be complete
+            # before a reference saved after it (a test killing the ranks then found no reference)
+            ref_dir.mkdir(parents=True, exist_ok=True)
+            ref = ref_dir / f"rank{rank}_it{it}.pt"
+            torch.save(state_of(model, optimizer), str(ref) + ".tmp")
+            os.replace(str(ref) + ".tmp", ref)
         t_snap = time.perf_counter()
         if writer is not None and writer.maybe_snapshot(it, sharded_state):
             result.setdefault("snapshot_call_s", []).append(time.perf_counter() - t_snap)
             result["snapshot_iterations"].append(it)
-            if ref_dir is not None:
-                ref_dir.mkdir(parents=True, exist_ok=True)
-                ref = ref_dir / f"rank{rank}_it{it}.pt"
-                torch.save(state_of(model, optimizer), str(ref) + ".tmp")
-                os.replace(str(ref) + ".tmp", ref)
         result["iteration_s"].append(time.perf_counter() - t0)
         if dist_ckpt and it == dist_ckpt["iteration"]:
             t1 = time.perf_counter()
