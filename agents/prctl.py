@@ -36,15 +36,20 @@ def become_subreaper() -> bool:
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def session_of(pid: int) -> int | None:
-    """The session id of a process (``/proc/PID/stat`` field 6; a zombie still has one), or None."""
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/PID/stat`` after the command name (which may hold spaces and parentheses): state first,
+    then ppid, pgrp, session, ... ; empty if the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             stat = fh.read()
     except OSError:
-        return None
-    # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
-    fields = stat[stat.rfind(")") + 2 :].split()
+        return []
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def session_of(pid: int) -> int | None:
+    """The session id of a process (a zombie still has one), or None."""
+    fields = _stat_fields(pid)
     try:
         return int(fields[3])
     except (IndexError, ValueError):
@@ -64,12 +69,5 @@ def zombie_children() -> list[int]:
                 pids = [int(p) for p in fh.read().split()]
         except (OSError, ValueError):
             continue
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            if stat[stat.rfind(")") + 2 :].startswith("Z"):
-                found.append(pid)
+        found += [pid for pid in pids if _stat_fields(pid)[:1] == ["Z"]]
     return found

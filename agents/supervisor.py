@@ -456,13 +456,16 @@ class Supervisor:
         own_session = os.getsid(0)
         while not self._closing:
             await asyncio.sleep(every_s)
+            if self.zygote is not None and self.zygote.forking:
+                continue  # a spare that died at once is ours before the zygote's answer names it
+            zombies = zombie_children()
+            if not zombies:
+                continue
             owned = set(self._by_pid) | set(self.spares)
             owned |= {w.pid for g in self.groups.values() for w in g.workers.values() if w.pid is not None}
             if self.zygote is not None and self.zygote.pid is not None:
                 owned.add(self.zygote.pid)
-            if self.zygote is not None and self.zygote.forking:
-                continue  # a spare that died at once is ours before the zygote's answer names it
-            for pid in zombie_children():
+            for pid in zombies:
                 if pid in owned or session_of(pid) in (None, own_session):
                     continue
                 with contextlib.suppress(ChildProcessError):
