@@ -7,8 +7,10 @@ is honoured for secrets, as in healthchecks' ``hc/settings.py``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 
 class ConfigError(RuntimeError):
@@ -104,6 +106,24 @@ def parse_database_url(name: str, url: str) -> dict[str, object]:
         "CONN_MAX_AGE": 0,
         "OPTIONS": {"connect_timeout": 5},
     }
+
+
+def format_database_url(settings: Mapping[str, Any]) -> str:
+    """The inverse of :func:`parse_database_url`: a ``DATABASE_URL`` for a Django DATABASES entry.
+
+    A host that is a socket directory (embedded PostgreSQL) goes into the ``host`` query parameter,
+    where both this module and libpq read it; a TCP host goes into the authority."""
+    user = quote(str(settings.get("USER") or ""), safe="")
+    password = quote(str(settings.get("PASSWORD") or ""), safe="")
+    credentials = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = str(settings.get("HOST") or "")
+    port = str(settings.get("PORT") or "")
+    database = quote(str(settings["NAME"]), safe="")
+    if host.startswith("/"):
+        authority = f"{credentials}:{port}" if port else credentials
+        return f"postgresql://{authority}/{database}?host={quote(host, safe='/')}"
+    authority = f"{credentials}{host or '127.0.0.1'}" + (f":{port}" if port else "")
+    return f"postgresql://{authority}/{database}"
 
 
 def check_redis_url(name: str, url: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.config.env import ConfigError, env_bool, env_int, parse_database_url
+from controlplane.config.env import ConfigError, env_bool, env_int, format_database_url, parse_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,3 +68,17 @@ def test_django_refuses_to_start_with_a_bad_redis_url() -> None:
     )
     assert result.returncode != 0
     assert "REDIS_URL='http://nope'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres:@/test_postgres?host=/work/.run/pgdata",
+        "postgresql://postgres@127.0.0.1:5432/test_postgres",
+        "postgresql://u:p%40ss@db.internal:6543/unicron",
+        "postgresql://postgres@:5433/test_postgres?host=/tmp/pg",
+    ],
+)
+def test_database_url_round_trips_through_the_settings_entry(url: str) -> None:
+    parsed = parse_database_url("DATABASE_URL", url)
+    assert parse_database_url("DATABASE_URL", format_database_url(parsed)) == parsed

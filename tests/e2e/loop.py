@@ -31,6 +31,7 @@ from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.models import Plan, Transition
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.apps.training.services import TaskSubmission, do_submit_task
+from controlplane.config.env import format_database_url
 from controlplane.core.protocol import FaultSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -342,11 +343,8 @@ class Loop:
 
 
 def test_database_url() -> str:
-    s = connection.settings_dict
-    host = s.get("HOST") or "127.0.0.1"
-    port = s.get("PORT") or "5432"
-    user = s.get("USER") or "postgres"
-    return f"postgresql://{user}@{host}:{port}/{s['NAME']}"
+    """The test database as a ``DATABASE_URL`` for child processes (TCP or the embedded server's socket)."""
+    return format_database_url(connection.settings_dict)
 
 
 def assert_allocations_consistent() -> None:
