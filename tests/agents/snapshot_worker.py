@@ -30,13 +30,15 @@ sys.path.insert(0, str(REPO))
 
 def spawn_ranks(cfgs: list[dict[str, Any]], log_dir: Path) -> list[subprocess.Popen[bytes]]:
     """Start one process per rank config (``log_dir/rank<r>.log`` gets its output)."""
+    from tests.processes import spawn  # the rank processes themselves never need it
+
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     procs = []
     for cfg in cfgs:
         log = open(log_dir / f"rank{cfg['rank']}.log", "ab")  # noqa: SIM115 (the child owns it)
         procs.append(
-            subprocess.Popen(
+            spawn(
                 [sys.executable, __file__, json.dumps(cfg)],
                 env=env,
                 stdout=log,

@@ -33,6 +33,7 @@ from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.apps.training.services import TaskSubmission, do_submit_task
 from controlplane.config.env import format_database_url
 from controlplane.core.protocol import FaultSpec
+from tests.processes import spawn
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -101,7 +102,7 @@ class AsgiServer:
         """Start daphne and wait until it accepts connections; returns the seconds that took."""
         began = time.monotonic()
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.process = subprocess.Popen(
+            self.process = spawn(
                 [
                     sys.executable,
                     "-m",
@@ -162,7 +163,7 @@ class Loop:
     # ------------------------------------------------------------------ processes
     def start_worker(self) -> None:
         log = open(self.run_dir / "celery.log", "ab")  # noqa: SIM115 - owned by the child
-        self.worker = subprocess.Popen(
+        self.worker = spawn(
             [
                 sys.executable,
                 "-m",
@@ -233,7 +234,7 @@ class Loop:
         # seconds was 1.5x its peer for 5 iterations and flagged (twice: its node was quarantined, a CI
         # failure). The drills' stragglers are 4-6x slower; a ratio of 2 still catches them.
         env.setdefault("UNICRON_STRAGGLER_RATIO", "2.0")
-        self.agents[name] = subprocess.Popen(
+        self.agents[name] = spawn(
             [
                 sys.executable,
                 "-m",

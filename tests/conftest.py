@@ -1,0 +1,16 @@
+"""Run-wide hooks: nothing a test started outlives the run (see :mod:`tests.processes`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.processes import interrupt_on_sigterm, stop_all
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    interrupt_on_sigterm()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    stop_all()
