@@ -1,0 +1,206 @@
+"""Measure the shape of the code: import cycles, apps that import each other, the largest modules, and the
+path a worker's crash report takes through the modules.
+
+    python tools/architecture.py                  # the static figures (every import, function-local too)
+    python tools/architecture.py --json out.json  # the same, as JSON
+
+Static figures come from the source alone (``ast``): an import anywhere in a module — at the top, inside a
+function, under ``TYPE_CHECKING`` — is an edge from that module to the project module it names. A cycle is a
+strongly connected component of more than one module. ``--trace`` runs
+``tests/e2e/test_worker_exception_becomes_one_classified_failure_event.py`` under a profiler hook and prints
+the project modules that handled the report, in the order they were entered (consecutive calls within one
+module collapsed), and how many times the path came back to a module it had left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("controlplane", "agents")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            found[module_name(path)] = path
+    return found
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The longest project module that ``name`` is or lies inside (``a.b.c`` → ``a.b`` if ``c`` is a name)."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        for name in names:
+            target = _resolve(name, modules)
+            if target is not None and target != module:
+                found.add(target)
+    return found
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative; components of more than one node, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    result: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterable[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    result.append(sorted(component))
+    return sorted(result)
+
+
+SERVER_SIDE = {"controlplane.live"}
+"""Components counted beside the Django apps in the both-ways figure: the transport may depend on the apps,
+never the reverse."""
+
+
+def _counted(component: str) -> bool:
+    return component in SERVER_SIDE or component.startswith("controlplane.apps.")
+
+
+def component_of(module: str) -> str:
+    """The unit the app-level figures count: ``controlplane.apps.<app>``, ``controlplane.live``, ...."""
+    parts = module.split(".")
+    if parts[:2] == ["controlplane", "apps"] and len(parts) > 2:
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
+
+
+@dataclass
+class Figures:
+    modules: int
+    import_edges: int
+    cycles: list[list[str]]
+    modules_in_cycles: int
+    app_pairs_both_ways: list[list[str]]
+    app_imports: int
+    largest_modules: list[tuple[str, int]]
+
+
+def measure() -> Figures:
+    modules = project_modules()
+    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
+    cycles = strongly_connected(graph)
+    apps: dict[str, set[str]] = defaultdict(set)
+    for source, targets in graph.items():
+        for target in targets:
+            a, b = component_of(source), component_of(target)
+            if a != b and _counted(a) and _counted(b):
+                apps[a].add(b)
+    both = sorted({tuple(sorted((a, b))) for a, targets in apps.items() for b in targets if a in apps[b]})
+    sizes = sorted(
+        ((name, len(path.read_text().splitlines())) for name, path in modules.items()),
+        key=lambda item: -item[1],
+    )
+    return Figures(
+        modules=len(modules),
+        import_edges=sum(len(t) for t in graph.values()),
+        cycles=cycles,
+        modules_in_cycles=sum(len(c) for c in cycles),
+        app_pairs_both_ways=[list(pair) for pair in both],
+        app_imports=sum(len(t) for t in apps.values()),
+        largest_modules=sizes[:5],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+    figures = measure()
+    print(f"project modules: {figures.modules}, import edges: {figures.import_edges}")
+    print(f"import cycles: {len(figures.cycles)} ({figures.modules_in_cycles} modules)")
+    for cycle in figures.cycles:
+        print("  - " + " <-> ".join(cycle))
+    print(
+        f"imports between components (apps, live): {figures.app_imports}; pairs both ways: "
+        f"{len(figures.app_pairs_both_ways)}"
+    )
+    for a, b in figures.app_pairs_both_ways:
+        print(f"  - {a} <-> {b}")
+    print("largest modules (lines):")
+    for name, lines in figures.largest_modules:
+        print(f"  {lines:6d}  {name}")
+    result: dict[str, object] = asdict(figures)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
