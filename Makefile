@@ -10,7 +10,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-	# torch first, from the pinned CPU build (see shared/notes/stack-facts.md), then everything else.
+	# torch first, the pinned CPU build (another version would pull several GB of CUDA packages), then the rest.
 	$(BIN)/pip install -q torch==2.13.0 -e '.[dev]' 2>&1 | grep -v '^WARNING: Location' || true
 	$(BIN)/python -c "import django, torch, megatron.core, celery, channels, rest_framework"
 	touch $@
