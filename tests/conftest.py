@@ -5,6 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.processes import interrupt_on_sigterm, stop_all
+from tests.security.harness import use_test_security_settings
+
+# plain HTTP on localhost and a test-only SECRET_KEY, for this process and every server a test starts
+use_test_security_settings()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -138,6 +139,20 @@ def fit_small_host(workers: int, cores: int) -> list[str]:
     return said
 
 
+def demo_security_env() -> None:
+    """The demo serves plain HTTP on this host (UNICRON_INSECURE_HTTP=1, unless set) and signs with a
+    random SECRET_KEY kept in the state directory (so that sessions survive a restart), unless the
+    operator gave SECRET_KEY or SECRET_KEY_FILE. The children inherit both."""
+    os.environ.setdefault("UNICRON_INSECURE_HTTP", "1")
+    if os.environ.get("SECRET_KEY") or os.environ.get("SECRET_KEY_FILE"):
+        return
+    path = state_dir() / "secret-key"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(50))
+    os.environ["SECRET_KEY_FILE"] = str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -169,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
+    demo_security_env()
     cores = len(os.sched_getaffinity(0))
     args.agents, args.devices_per_agent, adapted = fit_demo_size(args.agents, args.devices_per_agent, cores)
     workers = args.agents * args.devices_per_agent

@@ -34,7 +34,8 @@ def _credentials() -> dict[str, str]:
 def ensure_demo_accounts() -> list[DemoAccount]:
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
-    from rest_framework.authtoken.models import Token
+
+    from controlplane.apps.accounts.services import do_rotate_api_token
 
     passwords = _credentials()
     user_model = get_user_model()
@@ -47,8 +48,8 @@ def ensure_demo_accounts() -> list[DemoAccount]:
             user.is_superuser = True
         user.save()
         user.groups.add(Group.objects.get_or_create(name=role)[0])  # roles are groups (accounts.roles)
-        token, _ = Token.objects.get_or_create(user=user)
-        accounts.append(DemoAccount(role=role, username=user.username, password=password, token=token.key))
+        _, token = do_rotate_api_token(None, user)  # stored hashed: a fresh one each start, printed once
+        accounts.append(DemoAccount(role=role, username=user.username, password=password, token=token))
     return accounts
 
 

@@ -29,6 +29,8 @@ VIEWER, OPERATOR, ADMIN = "viewer", "operator", "admin"
 # (method, path) -> the least role that may call it
 REQUIRED_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/me/"): VIEWER,
+    ("GET", "/api/v1/me/token/"): VIEWER,
+    ("POST", "/api/v1/me/token/"): VIEWER,
     ("GET", "/api/v1/audit/"): OPERATOR,
     ("GET", "/api/v1/audit/{id}/"): OPERATOR,
     ("GET", "/api/v1/nodes/"): VIEWER,

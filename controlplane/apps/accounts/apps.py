@@ -8,3 +8,6 @@ class AccountsConfig(AppConfig):
     label = "accounts"
     verbose_name = "Accounts, roles and audit"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from controlplane.apps.accounts import signals  # noqa: F401  (connects the login audit)

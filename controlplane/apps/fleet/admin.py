@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from controlplane.apps.common.admin import AuditedModelAdmin
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 
 
@@ -11,7 +12,7 @@ class DeviceInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class NodeAdmin(AuditedModelAdmin):
     list_display = ["name", "address", "state", "quarantined", "last_heartbeat_at", "agent_version"]
     list_filter = ["state", "quarantined"]
     search_fields = ["name", "address"]
@@ -21,14 +22,14 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Device)
-class DeviceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DeviceAdmin(AuditedModelAdmin):
     list_display = ["node", "index", "kind", "memory_bytes", "state", "error_count"]
     list_filter = ["state", "kind"]
     readonly_fields = ["state"]
 
 
 @admin.register(AgentCommand)
-class AgentCommandAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AgentCommandAdmin(AuditedModelAdmin):
     list_display = ["command_id", "node", "type", "state", "task", "task_epoch", "created_at", "acked_at"]
     list_filter = ["state", "type"]
     readonly_fields = ["command_id", "state", "created_at", "sent_at", "acked_at"]

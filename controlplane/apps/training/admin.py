@@ -1,8 +1,28 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
+from rest_framework.exceptions import ValidationError as ApiValidationError
 
+from controlplane.apps.common.admin import AuditedModelAdmin
+from controlplane.apps.training.api.serializers import check_task_weight
 from controlplane.apps.training.models import Allocation, TrainingTask
+
+
+class TrainingTaskForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The admin refuses the weights the API refuses (finite, 0 ≤ w ≤ MAX_TASK_WEIGHT)."""
+
+    class Meta:
+        model = TrainingTask
+        fields = ["weight"]  # the admin adds the others it shows
+
+    def clean_weight(self) -> float:
+        weight = float(self.cleaned_data["weight"])
+        try:
+            check_task_weight(weight)
+        except ApiValidationError as exc:
+            raise forms.ValidationError([str(detail) for detail in exc.detail]) from exc
+        return weight
 
 
 class AllocationInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -12,7 +32,8 @@ class AllocationInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(TrainingTask)
-class TrainingTaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class TrainingTaskAdmin(AuditedModelAdmin):
+    form = TrainingTaskForm
     list_display = ["name", "owner", "state", "weight", "min_workers", "max_workers", "epoch", "iteration"]
     list_filter = ["state"]
     search_fields = ["name"]
@@ -21,6 +42,6 @@ class TrainingTaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AllocationAdmin(AuditedModelAdmin):
     list_display = ["task", "device", "rank", "role", "epoch", "active", "created_at"]
     list_filter = ["active", "role"]

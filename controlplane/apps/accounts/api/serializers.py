@@ -4,7 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from controlplane.apps.accounts.models import AuditEntry
+from controlplane.apps.accounts.models import ApiToken, AuditEntry
 from controlplane.apps.accounts.roles import Role
 
 
@@ -17,3 +17,17 @@ class AuditEntrySerializer(serializers.ModelSerializer[AuditEntry]):
     class Meta:
         model = AuditEntry
         fields = ["id", "at", "actor", "actor_label", "verb", "object_type", "object_id", "before", "after"]
+
+
+class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
+    class Meta:
+        model = ApiToken
+        fields = ["prefix", "created_at", "expires_at", "last_used_at"]
+
+
+class IssuedApiTokenSerializer(serializers.Serializer[Any]):
+    token = serializers.CharField(
+        help_text="The key for `Authorization: Token <key>`. Shown once; store it now."
+    )
+    prefix = serializers.CharField()
+    expires_at = serializers.DateTimeField()

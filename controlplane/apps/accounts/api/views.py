@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from typing import cast
+
+from django.contrib.auth.models import User
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins
@@ -7,10 +10,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.apps.accounts.api.serializers import AuditEntrySerializer, MeSerializer
+from controlplane.apps.accounts.api.serializers import (
+    ApiTokenSerializer,
+    AuditEntrySerializer,
+    IssuedApiTokenSerializer,
+    MeSerializer,
+)
 from controlplane.apps.accounts.models import AuditEntry
 from controlplane.apps.accounts.permissions import IsViewer
 from controlplane.apps.accounts.roles import Role, get_user_role
+from controlplane.apps.accounts.selectors import list_api_tokens
+from controlplane.apps.accounts.services import do_rotate_api_token
 from controlplane.apps.common.viewsets import RoleGatedViewSet
 
 
@@ -42,3 +52,22 @@ class MeView(APIView):
     def get(self, request: Request) -> Response:
         role = get_user_role(request.user)
         return Response(MeSerializer({"username": request.user.get_username(), "role": role}).data)
+
+
+class MyTokenView(APIView):
+    """The calling user's REST API token: GET describes it (never the key); POST rotates it (the previous
+    key stops working) and returns the new key once."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(responses=ApiTokenSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        tokens = list_api_tokens(cast(User, request.user).pk)
+        return Response(ApiTokenSerializer(tokens, many=True).data)
+
+    @extend_schema(request=None, responses={201: IssuedApiTokenSerializer})
+    def post(self, request: Request) -> Response:
+        user = cast(User, request.user)  # IsViewer: an authenticated user
+        token, key = do_rotate_api_token(user, user)
+        body = {"token": key, "prefix": token.prefix, "expires_at": token.expires_at}
+        return Response(IssuedApiTokenSerializer(body).data, status=201)

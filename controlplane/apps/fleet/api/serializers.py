@@ -53,16 +53,32 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
         return int(annotated) if annotated is not None else node.devices.count()
 
 
+MAX_DEVICE_INDEX = 2**31 - 1
+"""``Device.index`` is a PostgreSQL integer (PositiveIntegerField)."""
+MAX_DEVICE_MEMORY_BYTES = 2**63 - 1
+"""``Device.memory_bytes`` is a PostgreSQL bigint."""
+MAX_DEVICES_PER_NODE = 1024
+
+
 class DeviceSpecSerializer(StrictInputSerializer):
-    index = serializers.IntegerField(min_value=0)
+    index = serializers.IntegerField(min_value=0, max_value=MAX_DEVICE_INDEX)
     kind = serializers.CharField(max_length=64)
-    memory_bytes = serializers.IntegerField(min_value=1)
+    memory_bytes = serializers.IntegerField(min_value=1, max_value=MAX_DEVICE_MEMORY_BYTES)
 
 
 class NodeRegisterSerializer(StrictInputSerializer):
     name = serializers.SlugField(max_length=100)
     address = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
     devices = DeviceSpecSerializer(many=True, required=False, default=list)
+
+    def validate_devices(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if len(devices) > MAX_DEVICES_PER_NODE:
+            raise serializers.ValidationError(f"At most {MAX_DEVICES_PER_NODE} devices per node.")
+        indexes = [device["index"] for device in devices]
+        duplicates = sorted({i for i in indexes if indexes.count(i) > 1})
+        if duplicates:
+            raise serializers.ValidationError(f"Device indexes must be unique; repeated: {duplicates}.")
+        return devices
 
 
 class NodeRegisteredSerializer(serializers.Serializer[Any]):
@@ -74,6 +90,7 @@ class InjectFaultSerializer(StrictInputSerializer):
     fault = serializers.ChoiceField(choices=list(FAULT_KINDS), help_text="What to inject.")
     task = serializers.IntegerField(
         min_value=1,
+        max_value=2**63 - 1,
         required=False,
         allow_null=True,
         default=None,
@@ -81,13 +98,19 @@ class InjectFaultSerializer(StrictInputSerializer):
     )
     rank = serializers.IntegerField(
         min_value=0,
+        max_value=2**31 - 1,
         required=False,
         allow_null=True,
         default=None,
         help_text="One of the task's ranks on this node; default: every rank of the task there.",
     )
     at_iteration = serializers.IntegerField(
-        min_value=0, required=False, allow_null=True, default=None, help_text="Default: at once."
+        min_value=0,
+        max_value=2**63 - 1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Default: at once.",
     )
     slowdown = serializers.FloatField(
         min_value=1.0,

@@ -10,13 +10,19 @@ from controlplane.apps.common.serializers import StrictInputSerializer
 from controlplane.apps.training.models import Allocation, TrainingTask
 
 MAX_WORKERS_LIMIT = 65536
+MAX_TASK_WEIGHT = 1000.0
+"""A task's priority w(t) is at most this (docs/DEPLOY.md): the cluster WAF (sum of w(t) x FLOP/s) must
+stay a finite double in every sample, plan and report."""
 
 
-def _finite_non_negative(value: float) -> None:
+def check_task_weight(value: float) -> None:
+    """A weight is a finite number in [0, MAX_TASK_WEIGHT]; the admin form applies the same check."""
     if not math.isfinite(value):
         raise serializers.ValidationError("Weight must be a finite number.")
     if value < 0:
         raise serializers.ValidationError("Weight must be >= 0.")
+    if value > MAX_TASK_WEIGHT:
+        raise serializers.ValidationError(f"Weight must be <= {MAX_TASK_WEIGHT:g}.")
 
 
 class AllocationSerializer(serializers.ModelSerializer[Allocation]):
@@ -93,7 +99,9 @@ class TaskSubmitSerializer(StrictInputSerializer):
     global_batch_size = serializers.IntegerField(min_value=1, max_value=10_000_000)
     micro_batch_size = serializers.IntegerField(min_value=1, max_value=1_000_000)
     activation_recomputation = serializers.BooleanField(required=False, default=False)
-    weight = serializers.FloatField(required=False, default=1.0, validators=[_finite_non_negative])
+    weight = serializers.FloatField(
+        required=False, default=1.0, min_value=0.0, max_value=MAX_TASK_WEIGHT, validators=[check_task_weight]
+    )
     min_workers = serializers.IntegerField(
         min_value=1, max_value=MAX_WORKERS_LIMIT, required=False, default=1
     )
@@ -107,4 +115,4 @@ class TaskSubmitSerializer(StrictInputSerializer):
 
 
 class ChangeWeightSerializer(StrictInputSerializer):
-    weight = serializers.FloatField(validators=[_finite_non_negative])
+    weight = serializers.FloatField(min_value=0.0, max_value=MAX_TASK_WEIGHT, validators=[check_task_weight])
