@@ -16,6 +16,7 @@ from controlplane.apps.common.errors import Conflict
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.incidents.choices import ALERT_MACHINE, Action, AlertState, Detector, Severity
 from controlplane.apps.incidents.models import Alert, FailureEvent
+from controlplane.apps.notifications.services import do_notify_alert_raised, do_notify_alert_resolved
 from controlplane.apps.training.models import TrainingTask
 from controlplane.live.broadcast import send_event_on_commit
 
@@ -112,6 +113,7 @@ def do_raise_alert(
         node = source_event.node
     alert = Alert.objects.create(severity=severity, message=message, source_event=source_event, node=node)
     send_event_on_commit("alert.raised", alert_payload(alert))
+    do_notify_alert_raised(alert)  # deliveries to the matching routes, enqueued after commit
     return alert
 
 
@@ -167,4 +169,5 @@ def do_resolve_alert(actor: Actor, alert: Alert, comment: str) -> Alert:
         actor, "resolve_alert", alert, {"state": before}, {"state": alert.state, "comment": comment}
     )
     send_event_on_commit("alert.state", alert_payload(alert))
+    do_notify_alert_resolved(alert)  # a resolution to the routes that got the firing
     return alert

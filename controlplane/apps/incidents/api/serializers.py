@@ -5,6 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from controlplane.apps.incidents.models import Alert, FailureEvent
+from controlplane.apps.notifications.api.serializers import AlertDeliverySerializer
 
 
 class FailureEventSerializer(serializers.ModelSerializer[FailureEvent]):
@@ -40,6 +41,7 @@ class AlertSerializer(serializers.ModelSerializer[Alert]):
         slug_field="username", read_only=True
     )
     node_name = serializers.CharField(source="node.name", read_only=True, allow_null=True, default=None)
+    deliveries = AlertDeliverySerializer(many=True, read_only=True)
 
     class Meta:
         model = Alert
@@ -58,4 +60,5 @@ class AlertSerializer(serializers.ModelSerializer[Alert]):
             "resolved_by",
             "resolved_at",
             "resolve_comment",
+            "deliveries",
         ]

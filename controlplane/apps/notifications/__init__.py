@@ -1,0 +1,1 @@
+"""Alert notifications: routes (where alerts go) and deliveries (one per alert, route and event)."""
