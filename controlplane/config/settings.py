@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "controlplane.apps.metrics",
     "controlplane.apps.simulations",
     "controlplane.apps.dashboard",
+    "controlplane.apps.notifications",
 ]
 
 MIDDLEWARE = [
