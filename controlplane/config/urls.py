@@ -18,6 +18,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics", include("controlplane.apps.metrics.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("controlplane.apps.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -8,3 +8,8 @@ class MetricsConfig(AppConfig):
     label = "metrics"
     verbose_name = "Metrics: iteration times, throughput, WAF"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from controlplane.apps.metrics.celery_latency import connect_signals
+
+        connect_signals()  # every process that publishes or runs Celery tasks records queueing delay

@@ -26,6 +26,8 @@ from django.db.models import (
 from django.db.models.functions import Cast, Floor, Greatest, Least
 from django.utils import timezone
 
+from controlplane.apps.fleet.choices import CommandState, NodeState
+from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.metrics.choices import MetricKind
 from controlplane.apps.metrics.models import MetricSample
@@ -306,3 +308,156 @@ def get_summary(now: datetime | None = None) -> Summary:
         mean_transition_s=transitions["mean"],
         transitions_24h=transitions["n"],
     )
+
+
+# --- figures for the Prometheus exposition (exposition.py): SQL aggregates, one query each ------------
+
+
+@dataclass(frozen=True)
+class HistogramCounts:
+    """A histogram built from stored rows: cumulative counts per upper bound (``le``), as Prometheus
+    wants them, with the observations' count and sum."""
+
+    labels: tuple[str, ...]
+    buckets: list[tuple[float, int]]
+    count: int
+    sum: float
+
+
+def _histograms(
+    qs: Any, value: Any, group_by: tuple[str, ...], bounds: tuple[float, ...]
+) -> list[HistogramCounts]:
+    """One ``GROUP BY`` query: per group, ``COUNT(*) FILTER (WHERE value <= le)`` for every bound."""
+    aggregates: dict[str, Any] = {f"le_{i}": Count("id", filter=Q(v__lte=b)) for i, b in enumerate(bounds)}
+    rows = (
+        qs.annotate(v=value)
+        .values(*group_by)
+        .annotate(n=Count("id"), total=Sum("v"), **aggregates)
+        .order_by(*group_by)
+    )
+    return [
+        HistogramCounts(
+            labels=tuple(str(r[g]) for g in group_by),
+            buckets=[(b, int(r[f"le_{i}"])) for i, b in enumerate(bounds)],
+            count=int(r["n"]),
+            sum=float(r["total"] or 0.0),
+        )
+        for r in rows
+    ]
+
+
+def _nonnegative_seconds(end: str, start: str) -> Any:
+    return Greatest(EpochSeconds(F(end) - F(start)), Value(0.0))
+
+
+def list_detection_latency_histograms(bounds: tuple[float, ...]) -> list[HistogramCounts]:
+    """Detection latency (``detected_at - occurred_at``) of every failure event, by detector."""
+    return _histograms(
+        FailureEvent.objects.all(), _nonnegative_seconds("detected_at", "occurred_at"), ("detector",), bounds
+    )
+
+
+def list_transition_duration_histograms(bounds: tuple[float, ...]) -> list[HistogramCounts]:
+    """Duration (``finished_at - started_at``) of every finished transition, by kind and end state."""
+    finished = Transition.objects.filter(started_at__isnull=False, finished_at__isnull=False)
+    return _histograms(finished, _nonnegative_seconds("finished_at", "started_at"), ("kind", "state"), bounds)
+
+
+def count_by(model: Any, field: str) -> dict[str, int]:
+    """Rows of ``model`` per value of ``field`` (one ``GROUP BY``)."""
+    rows = model.objects.values(field).annotate(n=Count("id")).order_by(field)
+    return {str(r[field]): int(r["n"]) for r in rows}
+
+
+def list_failure_counts() -> list[tuple[str, str, str, int]]:
+    """``(detector, kind, severity, events)`` over every stored failure event."""
+    rows = (
+        FailureEvent.objects.values("detector", "kind", "severity")
+        .annotate(n=Count("id"))
+        .order_by("detector", "kind", "severity")
+    )
+    return [(r["detector"], r["kind"], r["severity"], int(r["n"])) for r in rows]
+
+
+@dataclass(frozen=True)
+class LostWork:
+    seconds: float
+    microbatches: int
+
+
+def get_lost_work() -> LostWork:
+    """Recomputation every transition so far cost (seconds, and micro-batches)."""
+    row = Transition.objects.aggregate(s=Sum("lost_work_s"), mb=Sum("lost_microbatches"))
+    return LostWork(float(row["s"] or 0.0), int(row["mb"] or 0))
+
+
+def count_linked_nodes(now: datetime, suspect_after_s: float) -> int:
+    """Nodes whose agent link is open. The link carries a heartbeat every second and its closing makes
+    a healthy node suspect at once (``live.agent_link.mark_link_closed``), so: a heartbeat younger
+    than ``suspect_after_s`` and not suspect."""
+    return (
+        Node.objects.filter(last_heartbeat_at__gt=now - timedelta(seconds=suspect_after_s))
+        .exclude(state=NodeState.SUSPECT)
+        .count()
+    )
+
+
+@dataclass(frozen=True)
+class CommandQueue:
+    by_state: dict[str, int]
+    """Unacknowledged agent commands: ``pending`` (not yet sent) and ``sent`` (awaiting the ack)."""
+    oldest_pending_age_s: float | None
+
+
+def get_command_queue(now: datetime) -> CommandQueue:
+    """The agents' command outbox in one query: commands per open state and the oldest pending one."""
+    row = AgentCommand.objects.filter(state__in=(CommandState.PENDING, CommandState.SENT)).aggregate(
+        pending=Count("id", filter=Q(state=CommandState.PENDING)),
+        sent=Count("id", filter=Q(state=CommandState.SENT)),
+        oldest=Min("created_at", filter=Q(state=CommandState.PENDING)),
+    )
+    oldest = row["oldest"]
+    return CommandQueue(
+        by_state={"pending": int(row["pending"]), "sent": int(row["sent"])},
+        oldest_pending_age_s=None if oldest is None else max((now - oldest).total_seconds(), 0.0),
+    )
+
+
+@dataclass(frozen=True)
+class TaskFigure:
+    task_id: int
+    task_name: str
+    kind: str
+    value: float
+    at: datetime
+
+
+_LATEST_TASK_SAMPLES_SQL = """
+SELECT t.id, t.name, k.kind, s.value, s.at
+FROM {tasks} t
+CROSS JOIN unnest(%(kinds)s::varchar[]) AS k(kind)
+CROSS JOIN LATERAL (
+    SELECT m.value, m.at FROM {samples} m
+    WHERE m.task_id = t.id AND m.kind = k.kind AND m.at > %(since)s
+    ORDER BY m.at DESC, m.id DESC LIMIT 1
+) s
+WHERE t.state = ANY(%(states)s)
+ORDER BY t.id, k.kind
+"""
+
+
+def list_latest_task_samples(kinds: list[str], now: datetime, max_age_s: float) -> list[TaskFigure]:
+    """Per running or reconfiguring task and per ``kind``: its newest sample younger than ``max_age_s``
+    (one statement; each lookup walks the ``(task, kind, at)`` index backwards)."""
+    sql = _LATEST_TASK_SAMPLES_SQL.format(
+        tasks=TrainingTask._meta.db_table, samples=MetricSample._meta.db_table
+    )
+    params: dict[str, Any] = {
+        "kinds": kinds,
+        "since": now - timedelta(seconds=max_age_s),
+        "states": [s.value for s in SCHEDULED_STATES],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [TaskFigure(int(r[0]), str(r[1]), str(r[2]), float(r[3]), r[4]) for r in rows]
