@@ -102,6 +102,8 @@ class CoordinatorClient:
         self._ws: ClientConnection | None = None
         self._stop = False
         self._beat_now = asyncio.Event()
+        self.on_heartbeat: Callable[[float, float], None] | None = None
+        """Set by the agent's metrics: (seconds the heartbeat left late, seconds until its pong)."""
 
     def beat_now(self) -> None:
         """Send the next heartbeat at once instead of at its tick (the agent's state changed in a way
@@ -188,6 +190,7 @@ class CoordinatorClient:
         next_t = time.monotonic()
         self._beat_now.clear()  # the hello just sent carries the state of now
         while True:
+            sent = time.monotonic()
             await ws.send(self._envelope(self.heartbeat()))
             marker = self.outbox.counter
             pong = await ws.ping()
@@ -197,6 +200,8 @@ class CoordinatorClient:
                 log.warning("no pong from coordinator within %.1fs: reconnecting", self.heartbeat_s * 3)
                 return
             self.outbox.confirm(marker)
+            if self.on_heartbeat is not None:
+                self.on_heartbeat(sent - next_t, time.monotonic() - sent)
             next_t += self.heartbeat_s
             delay = next_t - time.monotonic()
             if delay > 0 and not self._beat_now.is_set():

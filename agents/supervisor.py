@@ -342,6 +342,8 @@ class Supervisor:
         """Warming is over (latched; see :attr:`warming`)."""
         self.on_warm: Callable[[], None] | None = None
         """Set by the agent: called once when warming ends (it sends a heartbeat at once)."""
+        self.on_hook_delay: Callable[[float], None] | None = None
+        """Set by the agent's metrics: seconds from a worker stamping a hook event to its handling."""
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -803,6 +805,9 @@ class Supervisor:
 
     def on_event(self, w: Worker, ev: dict[str, Any]) -> None:
         kind = ev.get("ev")
+        stamped = ev.get("t")
+        if self.on_hook_delay is not None and isinstance(stamped, int | float):
+            self.on_hook_delay(time.time() - stamped)
         handler = self._EVENT_HANDLERS.get(str(kind))
         if handler is None:
             log.warning("unknown hook event %r", kind)
