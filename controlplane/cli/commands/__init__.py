@@ -1,0 +1,1 @@
+"""The ``unicron`` sub-commands, one module per noun."""
