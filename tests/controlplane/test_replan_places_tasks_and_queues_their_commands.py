@@ -39,7 +39,7 @@ def test_replan_launches_then_a_node_loss_is_a_lookup(db: None) -> None:
     assert [s.name for s in t.steps.order_by("order")] == ["start", "resume"]
 
     refresh_precomputed()
-    assert precomputed().by_problem
+    assert precomputed().local
     Node.objects.filter(pk=nodes[1].pk).update(state=NodeState.LOST)
     with transaction.atomic():
         after = replan("failure")

@@ -38,6 +38,7 @@ from controlplane.apps.incidents.selectors import reported_rank
 from controlplane.apps.incidents.services import do_raise_alert
 from controlplane.apps.planning.choices import PlanTrigger, StepState, TransitionKind, TransitionState
 from controlplane.apps.planning.models import Plan, Transition, TransitionStep
+from controlplane.apps.planning.plan_store import SharedPlans
 from controlplane.apps.planning.selectors import (
     ClusterView,
     HeldDevice,
@@ -64,8 +65,8 @@ from controlplane.apps.training.services import (
     do_set_task_state,
 )
 from controlplane.core.orchestration import DeviceSlot, Layout, PlacementError, RankPlacement, place
-from controlplane.core.planning import ClusterState, PlanningProblem, PrecomputedPlans, apply_event
 from controlplane.core.planning import Plan as CorePlan
+from controlplane.core.planning import PlanningProblem, PrecomputedPlans, apply_event
 from controlplane.core.planning import plan as dp_plan
 from controlplane.core.protocol import (
     ModelSpec,
@@ -102,36 +103,25 @@ def next_rendezvous_port() -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Precomputed plans (kept in the worker process, rebuilt after every decision)
+# Precomputed plans (shared by every control-plane process through Redis, see plan_store)
 # --------------------------------------------------------------------------------------------------
 
 
-class PrecomputedCache:
-    """Plans for the likely next events of the last planned state, found by problem value."""
-
-    def __init__(self) -> None:
-        self.by_problem: dict[PlanningProblem, CorePlan] = {}
-        self.build_ms = 0.0
-
-    def lookup(self, problem: PlanningProblem) -> CorePlan | None:
-        return self.by_problem.get(problem)
-
-    def rebuild(self, state: ClusterState) -> None:
-        pre = PrecomputedPlans.build(state, cache=self.by_problem)
-        self.by_problem = {apply_event(state, ev): p for ev, p in pre.plans.items()}
-        self.by_problem.setdefault(state.problem, dp_plan(state.problem))
-        self.build_ms = pre.build_time_s * 1000.0
-
-
 @cache
-def precomputed() -> PrecomputedCache:
-    return PrecomputedCache()
+def precomputed() -> SharedPlans:
+    return SharedPlans()
 
 
 def refresh_precomputed() -> None:
-    """Precompute the plans of the state as it is now (after a decision committed its allocations)."""
+    """Precompute the plans of the state as it is now (after a decision committed its allocations) and
+    share them with every process."""
     try:
-        precomputed().rebuild(cluster_state_of(load_cluster()))
+        state = cluster_state_of(load_cluster())
+        cache_ = precomputed()
+        pre = PrecomputedPlans.build(state, cache=cache_.local)
+        plans = {apply_event(state, ev): p for ev, p in pre.plans.items()}
+        plans.setdefault(state.problem, cache_.local.get(state.problem) or dp_plan(state.problem))
+        cache_.publish(plans, pre.build_time_s * 1000.0)
     except Exception:  # never let an optimisation break the decision that preceded it
         log.exception("precomputing plans failed")
 

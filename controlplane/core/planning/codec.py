@@ -1,0 +1,62 @@
+"""Planning problems and plans as values other processes can share.
+
+- :func:`problem_digest` — a stable name for a :class:`PlanningProblem`: equal problems get the same digest in
+  every process (it is computed from the problem's ``repr``, which holds every field that changes the answer,
+  floats written exactly; Python's hash randomisation plays no part).
+- :func:`plan_to_dict` / :func:`plan_from_dict` — a :class:`Plan` as plain JSON data and back, equal to the
+  original. A plan is a pure function of its problem, so a plan stored under a problem's digest is the answer
+  for that problem in any process, for as long as it is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from typing import Any
+
+from controlplane.core.planning.planner import Plan, PlanningProblem, TaskAssignment
+from controlplane.core.planning.throughput import ParallelConfig
+
+CODEC_VERSION = 1
+"""Part of every digest: a change to the plan encoding or the planner's answer invalidates stored plans."""
+
+
+def problem_digest(problem: PlanningProblem) -> str:
+    text = f"v{CODEC_VERSION}:{problem!r}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    return asdict(plan)
+
+
+def _assignment(data: dict[str, Any]) -> TaskAssignment:
+    config = data["config"]
+    return TaskAssignment(
+        task_id=str(data["task_id"]),
+        old_workers=int(data["old_workers"]),
+        new_workers=int(data["new_workers"]),
+        config=ParallelConfig(**config) if config is not None else None,
+        waf=float(data["waf"]),
+        gain=float(data["gain"]),
+        transition_penalty=float(data["transition_penalty"]),
+        marginal_waf_up=None if data["marginal_waf_up"] is None else float(data["marginal_waf_up"]),
+        marginal_waf_down=None if data["marginal_waf_down"] is None else float(data["marginal_waf_down"]),
+    )
+
+
+def plan_from_dict(data: dict[str, Any]) -> Plan:
+    """The inverse of :func:`plan_to_dict`; raises ``KeyError``/``TypeError``/``ValueError`` on bad data."""
+    return Plan(
+        method=str(data["method"]),
+        tasks=tuple(_assignment(a) for a in data["tasks"]),
+        objective=float(data["objective"]),
+        expected_waf=float(data["expected_waf"]),
+        transition_cost=float(data["transition_cost"]),
+        moved_workers=int(data["moved_workers"]),
+        capacity_units=int(data["capacity_units"]),
+        unit_size=int(data["unit_size"]),
+        d_running_s=float(data["d_running_s"]),
+        compute_time_s=float(data["compute_time_s"]),
+        reserved_workers=int(data["reserved_workers"]),
+    )
