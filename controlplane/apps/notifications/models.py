@@ -84,6 +84,8 @@ class AlertRoute(models.Model):
             errors.setdefault("severities", []).append(
                 f"Unknown severity {', '.join(unknown)}: use sev1, sev2 or sev3."
             )
+        elif unknown_severities([self.min_severity] if self.min_severity else []):
+            pass  # the field's own validation names the unknown minimum
         elif not severities_matched(self.min_severity, self.severities):
             errors.setdefault("severities", []).append(
                 f"Minimum severity {self.min_severity} and severities {','.join(self.severities)} "

@@ -207,7 +207,7 @@ def _record_attempt(
     fields: dict[str, Any] = {"updated_at": finished, "claimed_at": None}
     if step.verdict is Verdict.SENT:
         new, outcome = DeliveryState.SENT, DeliveryOutcome("sent", f"after {attempt} attempt(s)")
-        fields |= {"sent_at": finished, "next_attempt_at": None}
+        fields |= {"sent_at": finished, "next_attempt_at": None, "last_error": ""}
         attempt_outcome = AttemptOutcome.SENT
     elif step.verdict is Verdict.RETRY:
         assert step.retry_in_s is not None
