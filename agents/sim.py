@@ -26,16 +26,15 @@ import random
 import signal
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from agents.api import WorkerSpec
+from agents.training.elastic import TransitionSpec
 from agents.training.hook import EXIT_EXCEPTION, NETWORK_ERROR_MESSAGE
 from agents.training.worker import model_flops_per_iteration
 from controlplane.core.planning.devices import get_device_kind
 from controlplane.core.planning.spec import GPTSpec
 from controlplane.core.planning.throughput import ParallelConfig, iteration_time
-
-if TYPE_CHECKING:
-    from agents.supervisor import Supervisor, Worker
 
 SIM_DEVICE_KIND = "a100-80g"
 FIRST_ITERATION_FACTOR = 3.0
@@ -51,6 +50,22 @@ SOURCE_BANDWIDTH: dict[str, float] = {
     "none": float("inf"),
 }
 MAX_MIGRATE_S = 5.0
+
+
+class Worker(Protocol):
+    """What a simulated rank reads of the supervisor's worker record."""
+
+    spec: WorkerSpec
+    rank: int
+    transition: TransitionSpec | None
+
+
+class Supervisor(Protocol):
+    """What a simulated rank needs of its supervisor: where its hook events go, and the elastic wait."""
+
+    elastic_wait_s: float
+
+    def on_event(self, w: Any, ev: dict[str, Any]) -> None: ...
 
 
 def state_bytes(w: Worker) -> int:

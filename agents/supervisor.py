@@ -72,6 +72,7 @@ from typing import Any
 from agents.api import ExitRecord, RunResult, WorkerSpec, WorkerState
 from agents.monitor import MonitorConfig, RankMonitor, TaskStragglers
 from agents.prctl import die_with_parent, session_of, zombie_children
+from agents.sim import SimWorker
 from agents.training.cpu_bind import worker_nice
 from agents.training.elastic import TransitionSpec
 from agents.training.hook import ENV_RANK, ENV_SOCKET, ENV_STACK_FILE
@@ -129,7 +130,7 @@ class Worker:
         self.state = WorkerState.INIT
         self.pid: int | None = None
         self.proc: ChildProcess | None = None
-        self.sim: Any = None  # agents.sim.SimWorker
+        self.sim: SimWorker | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.stack_file: Path | None = None
         self.monitor = RankMonitor(cfg)
@@ -656,8 +657,6 @@ class Supervisor:
 
     async def _start_worker(self, w: Worker) -> None:
         if w.spec.kind == "sim":
-            from agents.sim import SimWorker
-
             w.sim = SimWorker(self, w)
             w.pid = None
             self._report(w, WorkerStarted(pid=os.getpid()), None)
@@ -725,6 +724,7 @@ class Supervisor:
         self._on_exit(w, code)
 
     async def _watch_sim(self, w: Worker) -> None:
+        assert w.sim is not None
         code = await w.sim.run()
         self._on_exit(w, code)
 

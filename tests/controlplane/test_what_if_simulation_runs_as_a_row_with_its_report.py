@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from celery import current_app
 from rest_framework.test import APIClient
 
 from controlplane.apps.fleet.models import Node
@@ -24,14 +25,14 @@ def submitted_tasks(cluster: list[Node], operator_client: APIClient) -> None:
 def test_operator_queues_a_run_and_the_job_stores_the_report(
     submitted_tasks: None, operator_client: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    queued: list[int] = []
-    monkeypatch.setattr("controlplane.apps.simulations.tasks.run_simulation.delay", queued.append)
+    queued: list[tuple[str, list[int]]] = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, args: queued.append((name, args)))
 
     response = operator_client.post("/api/v1/simulations/", {"trace": "trace-b", "days": 1}, format="json")
 
     assert response.status_code == 202, response.json()
     run_id = response.json()["id"]
-    assert queued == [run_id]  # enqueued after commit, by id
+    assert queued == [("simulations.run_simulation", [run_id])]  # enqueued after commit, by id
     run = SimulationRun.objects.get(pk=run_id)
     assert run.state == RunState.QUEUED
     assert run.cluster == {"nodes": 2, "gpus_per_node": 8, "device_kind": "h100-80g"}
@@ -51,7 +52,7 @@ def test_operator_queues_a_run_and_the_job_stores_the_report(
 def test_a_run_is_claimed_once(
     submitted_tasks: None, operator_client: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("controlplane.apps.simulations.tasks.run_simulation.delay", lambda run_id: None)
+    monkeypatch.setattr(current_app, "send_task", lambda name, args: None)
     run_id = operator_client.post(
         "/api/v1/simulations/", {"trace": "trace-a", "days": 0.5}, format="json"
     ).json()["id"]

@@ -15,6 +15,7 @@ import traceback
 from collections import Counter
 from typing import Any
 
+from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
@@ -31,6 +32,9 @@ from controlplane.core.sim.api import SimulationRequest, simulate
 from controlplane.core.sim.model import ClusterSpec, GPTModel, SimTask
 from controlplane.core.sim.trace import NAMED_TRACES
 from controlplane.live.broadcast import send_event_on_commit
+
+RUN_SIMULATION = "simulations.run_simulation"
+"""The Celery task that runs a requested simulation (:mod:`controlplane.apps.simulations.tasks`)."""
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +139,8 @@ def do_request_simulation(actor: Actor, trace: str, days: float, seed: int | Non
         )
         do_record_audit(actor, "request_simulation", run, after={"trace": trace, "days": days, "seed": seed})
         send_event_on_commit("simulation", run_payload(run))
-        from controlplane.apps.simulations.tasks import run_simulation
-
         run_id = run.pk
-        transaction.on_commit(lambda: run_simulation.delay(run_id))
+        transaction.on_commit(lambda: current_app.send_task(RUN_SIMULATION, args=[run_id]))
     return run
 
 
