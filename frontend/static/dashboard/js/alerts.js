@@ -1,5 +1,6 @@
 // Alerts: open / acknowledged / resolved, filters, acknowledge and resolve with a comment (operator),
-// and the failure event behind each alert with its evidence and captured stack.
+// the failure event behind each alert with its evidence and captured stack, and where each alert was
+// sent (its deliveries to the alert routes; "alert.delivery" live events refresh them).
 import { $, $$, api, apiList, badge, canOperate, clear, confirmAction, debounce, el, empty, errorBox, fmtAgo, fmtSecs, fmtTime, secondsBetween, toast } from "./core.js";
 import { EP } from "./endpoints.js";
 import { onLive } from "./live.js";
@@ -49,7 +50,7 @@ function render() {
       el("td", { title: a.created_at }, fmtAgo(a.created_at)),
       el("td", {}, badge(a.severity, "sev")),
       el("td", { "data-testid": "alert-state" }, badge(a.state)),
-      el("td", {}, a.message),
+      el("td", {}, a.message, deliveriesLine(a)),
       el("td", {}, a.node_name || "—"),
       el("td", {}, who(a.acknowledged_by, a.acknowledged_at, a.acknowledge_comment) || "—"),
       el("td", {}, who(a.resolved_by, a.resolved_at, a.resolve_comment) || "—"),
@@ -58,6 +59,19 @@ function render() {
         op && a.state === "open" ? el("button", { class: "btn btn-sm btn-primary", type: "button", onclick: () => acknowledge(a), "data-testid": "ack-alert" }, "Acknowledge") : null,
         op && a.state !== "resolved" ? el("button", { class: "btn btn-sm", type: "button", onclick: () => resolve(a), "data-testid": "resolve-alert" }, "Resolve") : null)))))));
   fresh.clear();
+}
+
+// Where the alert was sent (the alert routes): route, state, attempts and, unless sent, why.
+function deliveriesLine(a) {
+  const ds = a.deliveries || [];
+  if (!ds.length) return null;
+  return el("div", { class: "muted", "data-testid": "alert-deliveries" }, "Deliveries: ",
+    ds.map((d, i) => el("span", { "data-testid": "alert-delivery", "data-route": d.route, "data-state": d.state, title: d.last_error || "" },
+      i ? " · " : "",
+      `${d.route}${d.event === "resolved" ? " (resolution)" : ""} `,
+      badge(d.state),
+      ` ${d.attempts} attempt${d.attempts === 1 ? "" : "s"}`,
+      d.last_error && d.state !== "sent" ? ` — ${d.last_error}` : "")));
 }
 
 async function acknowledge(a) {
