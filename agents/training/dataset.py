@@ -1,0 +1,250 @@
+"""Reading a recipe's data: Megatron GPT datasets over indexed datasets, addressed by global sample index.
+
+:func:`build_datasets` turns a recipe's ``data`` section, its tokenizer, the sequence length, the seed
+and the numbers of train/validation samples into megatron-core datasets (``GPTDataset`` for each
+path prefix, a ``BlendedDataset`` over several, built by ``BlendedMegatronDatasetBuilder``). Their
+document, sample and shuffle indices depend only on those inputs and are cached under ``cache_dir``
+(one directory per task), so every process that builds them sees the same sample at the same index.
+
+A micro-batch is identified by its **global sample indices**: sample ``k`` of the run is the same
+sequence in every process, before and after any reconfiguration. Iteration ``i``, micro-batch ``j``
+of a run with global batch ``G`` and micro-batch ``m`` holds samples ``i·G + j·m`` to ``i·G + j·m + m - 1``
+(:func:`global_sample_indices`), and ``RecipeDatasets.micro_batch(indices)`` gives its tensors.
+
+Building without ``torch.distributed``: each process builds (``is_built_on_rank`` is always true)
+and a file lock in ``cache_dir`` lets one process write the index cache while the others wait and
+then read it. With a process group, megatron-core's own protocol applies (rank 0 builds, a
+barrier, the others read the cache), and the lock is not taken (it would deadlock the barrier).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import hashlib
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from tokenizers import Tokenizer
+
+from agents.data.prepare import EOD_CANDIDATES
+from controlplane.core.recipe import BlendEntry, DataSection
+
+LOCK_FILE = ".build.lock"
+
+
+class DatasetError(Exception):
+    """The data of a task cannot be read; the message names the path (a task failure on a node)."""
+
+
+class Batch(NamedTuple):
+    tokens: torch.Tensor  # [n, seq] int64
+    labels: torch.Tensor  # [n, seq] int64 (the next tokens)
+    loss_mask: torch.Tensor  # [n, seq] float32 (0 on padding)
+    position_ids: torch.Tensor  # [n, seq] int64
+
+
+def global_sample_indices(
+    iteration: int, index: int, micro_batch_size: int, global_batch_size: int
+) -> list[int]:
+    """The global sample indices of micro-batch ``index`` of iteration ``iteration``."""
+    if global_batch_size % micro_batch_size:
+        raise ValueError(
+            f"global batch {global_batch_size} is not a multiple of micro-batch {micro_batch_size}"
+        )
+    if not 0 <= index < global_batch_size // micro_batch_size:
+        raise ValueError(f"micro-batch {index} is not in 0..{global_batch_size // micro_batch_size - 1}")
+    start = iteration * global_batch_size + index * micro_batch_size
+    return list(range(start, start + micro_batch_size))
+
+
+class RecipeTokenizer:
+    """A Hugging Face ``tokenizer.json`` with the attributes megatron-core's GPT dataset reads
+    (``vocab_size``, ``eod``, ``unique_identifiers``; no ``pad``: padding gets Megatron's -1)."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
+            raise DatasetError(f"data.tokenizer: tokenizer not found: {path}")
+        try:
+            self.tokenizer = Tokenizer.from_file(str(path))
+        except Exception as e:  # the Rust side raises a bare Exception
+            raise DatasetError(f"data.tokenizer: {path} is not a tokenizer.json ({e})") from None
+        self.path = path
+        self.vocab_size = int(self.tokenizer.get_vocab_size(with_added_tokens=True))
+        eod = next(
+            (
+                self.tokenizer.token_to_id(t)
+                for t in EOD_CANDIDATES
+                if self.tokenizer.token_to_id(t) is not None
+            ),
+            None,
+        )
+        self.eod = -1 if eod is None else int(eod)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        self.unique_identifiers = {"class": "RecipeTokenizer", "sha256": digest}
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+
+@dataclass
+class RecipeDatasets:
+    """Train (and validation) datasets of one task; index them with global sample indices."""
+
+    train: Any
+    valid: Any | None
+    tokenizer: RecipeTokenizer
+    seq_length: int
+
+    def split(self, name: str) -> Any:
+        dataset = {"train": self.train, "valid": self.valid}.get(name)
+        if dataset is None:
+            raise DatasetError(f"no {name} dataset (the recipe has no {name} data)")
+        return dataset
+
+    def micro_batch(self, global_sample_indices: Sequence[int], split: str = "train") -> Batch:
+        """The samples at ``global_sample_indices`` of ``split``, stacked; the same indices give the
+        same tensors in every process that built these datasets from the same inputs."""
+        dataset = self.split(split)
+        if not global_sample_indices:
+            raise ValueError("a micro-batch needs at least one sample index")
+        samples = []
+        for k in global_sample_indices:
+            if not 0 <= k < len(dataset):
+                raise IndexError(
+                    f"sample {k} is outside the {len(dataset)} {split} samples built "
+                    "(build with more samples)"
+                )
+            samples.append(dataset[k])
+        return Batch(
+            torch.stack([s["tokens"] for s in samples]),
+            torch.stack([s["labels"] for s in samples]),
+            torch.stack([s["loss_mask"] for s in samples]).to(torch.float32),
+            torch.stack([s["position_ids"] for s in samples]),
+        )
+
+
+def _resolve(prefix: str, base_dir: Path | None) -> str:
+    path = Path(prefix)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return str(path)
+
+
+def _check_blend(
+    field: str, entries: list[BlendEntry], base_dir: Path | None
+) -> tuple[list[str], list[float] | None]:
+    prefixes = []
+    for i, entry in enumerate(entries):
+        prefix = _resolve(entry.path_prefix, base_dir)
+        missing = [p for p in (f"{prefix}.bin", f"{prefix}.idx") if not Path(p).is_file()]
+        if missing:
+            raise DatasetError(
+                f"data.{field}.{i}.path_prefix: no indexed dataset at {prefix} "
+                f"({', '.join(missing)} not found)"
+            )
+        prefixes.append(prefix)
+    # One prefix needs no blending (and Megatron then builds no BlendedDataset over it).
+    weights = None if len(entries) == 1 else [e.weight for e in entries]
+    return prefixes, weights
+
+
+@contextlib.contextmanager
+def _build_lock(cache_dir: Path) -> Iterator[None]:
+    if _distributed():
+        yield  # megatron-core's rank-0-first protocol; a lock here would deadlock its barriers
+        return
+    with (cache_dir / LOCK_FILE).open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _distributed() -> bool:
+    return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
+
+
+def _megatron() -> tuple[Any, Any, Any]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex are not installed.*")
+        from megatron.core.datasets.blended_dataset import BlendedDataset
+        from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+        from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+
+    class Builder(BlendedMegatronDatasetBuilder):  # type: ignore[misc]
+        """Without a process group, blends are not cached: megatron-core's ``BlendedDataset`` asks
+        ``torch.distributed`` for the rank before writing its cache. Its blending indices are a
+        deterministic function of the weights and size (cheap to recompute in every process); the
+        per-prefix ``GPTDataset`` indices (the costly ones) are still cached."""
+
+        @staticmethod
+        def build_generic_dataset(
+            cls: Any, is_built_on_rank: Any, synchronize_ranks: bool, *args: Any
+        ) -> Any:
+            if cls is BlendedDataset and not _distributed():
+                *rest, config = args
+                config = copy.copy(config)
+                config.path_to_cache = None
+                args = (*rest, config)
+            return BlendedMegatronDatasetBuilder.build_generic_dataset(
+                cls, is_built_on_rank, synchronize_ranks, *args
+            )
+
+    return Builder, GPTDataset, GPTDatasetConfig
+
+
+def build_datasets(
+    data: DataSection,
+    *,
+    seq_length: int,
+    seed: int,
+    train_samples: int,
+    valid_samples: int,
+    cache_dir: Path,
+    base_dir: Path | None = None,
+) -> RecipeDatasets:
+    """Build (or load from ``cache_dir``) the datasets of a recipe's data section.
+
+    Relative paths in ``data`` are relative to ``base_dir`` (None: the working directory). Raises
+    :class:`DatasetError` naming the field and path when the tokenizer or an indexed dataset is missing.
+    """
+    if train_samples < 1:
+        raise ValueError(f"train_samples must be >= 1 (got {train_samples})")
+    if valid_samples < 0:
+        raise ValueError(f"valid_samples must be >= 0 (got {valid_samples})")
+    tokenizer = RecipeTokenizer(Path(_resolve(data.tokenizer, base_dir)))
+    builder_cls, gpt_dataset, config_cls = _megatron()
+    common: dict[str, Any] = {
+        "random_seed": seed,
+        "sequence_length": seq_length,
+        "path_to_cache": str(cache_dir),
+        "tokenizer": tokenizer,
+        "reset_position_ids": False,
+        "reset_attention_mask": False,
+        "eod_mask_loss": False,
+        "create_attention_mask": False,
+    }
+    if data.blend is not None:
+        assert data.split is not None
+        blend = _check_blend("blend", data.blend, base_dir)
+        config = config_cls(blend=blend, split=data.split, **common)
+    else:
+        assert data.train is not None
+        train = _check_blend("train", data.train, base_dir)
+        valid = None if data.valid is None else _check_blend("valid", data.valid, base_dir)
+        config = config_cls(blend_per_split=[train, valid, None], **common)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    sizes = [train_samples, valid_samples, 0]
+    with _build_lock(cache_dir):
+        train_ds, valid_ds, _ = builder_cls(gpt_dataset, sizes, lambda: True, config).build()
+    if train_ds is None or len(train_ds) < train_samples:
+        have = 0 if train_ds is None else len(train_ds)
+        raise DatasetError(f"data: only {have} train samples could be built, {train_samples} needed")
+    return RecipeDatasets(train_ds, valid_ds if valid_samples > 0 else None, tokenizer, seq_length)
