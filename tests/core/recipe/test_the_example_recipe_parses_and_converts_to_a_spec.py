@@ -50,3 +50,9 @@ def test_a_token_budget_becomes_whole_iterations() -> None:
     train, valid = recipe.samples()
     assert train == 1001 * 64
     assert valid == (1001 // 100 + 1) * 10 * 64
+
+
+def test_the_recipe_shown_in_the_data_docs_is_the_example_recipe() -> None:
+    docs = (EXAMPLE.parents[3] / "docs" / "DATA.md").read_text()
+    block = docs.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert load_recipe(block) == load_recipe(EXAMPLE.read_text())
