@@ -6,6 +6,8 @@ is raised as :class:`ApiError`, which carries the API's own words and the exit c
 
 from __future__ import annotations
 
+import html as htmllib
+import re
 from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from types import TracebackType
@@ -36,14 +38,23 @@ class ExitCode(IntEnum):
 class ApiError(Exception):
     """A request that did not succeed. ``status`` is None when no HTTP answer came back."""
 
-    def __init__(self, message: str, status: int | None = None, payload: object = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        payload: object = None,
+        exit_code: ExitCode | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.payload = payload
+        self._exit_code = exit_code
 
     @property
     def exit_code(self) -> ExitCode:
+        if self._exit_code is not None:
+            return self._exit_code
         if self.status in (401, 403):
             return ExitCode.AUTH
         if self.status is not None and 400 <= self.status < 500:
@@ -173,6 +184,57 @@ class UnicronClient:
         """The calling user and their role (checks the credentials)."""
         return cast(JSON, self.request("GET", "me/"))
 
+    def issue_token_with_password(self, username: str, password: str) -> JSON:
+        """A new API token for ``username``: log in through the dashboard's login form (a session, so
+        the server's login throttling, lock-out and audit apply), ``POST me/token/`` (which replaces
+        the user's previous token) and log the session out again. Returns ``{token, prefix,
+        expires_at}``."""
+        login_url = f"{self.server}/login/"
+        try:
+            page = self._http.get(login_url)
+            if page.status_code != 200:
+                raise ApiError(
+                    f"{login_url} answered HTTP {page.status_code}, not the login form: is {self.server} the "
+                    "control plane's address (https:// if it redirects)?",
+                    page.status_code,
+                    exit_code=ExitCode.SERVER if page.status_code >= 500 else ExitCode.API_REFUSED,
+                )
+            form = {
+                "username": username,
+                "password": password,
+                "csrfmiddlewaretoken": self._csrf_token(page.text),
+                "next": "/",
+            }
+            answer = self._http.post(login_url, data=form, headers={"Referer": login_url})
+            if answer.status_code == 429:
+                raise ApiError(
+                    "too many failed logins: this user is locked out from this address for a while",
+                    429,
+                    exit_code=ExitCode.AUTH,
+                )
+            if answer.status_code != 302:
+                words = _form_error(answer.text) or "the server refused the username or password"
+                raise ApiError(words, 401 if answer.status_code == 200 else answer.status_code)
+            csrf = {"X-CSRFToken": self._http.cookies.get("csrftoken") or "", "Referer": login_url}
+            issued = self._decode(self._http.post("me/token/", headers=csrf))
+            self._http.post(f"{self.server}/logout/", headers=csrf)
+        except httpx.TimeoutException as exc:
+            raise ApiError(f"{self.server} did not answer in time ({type(exc).__name__})") from exc
+        except httpx.HTTPError as exc:
+            raise ApiError(f"cannot reach {self.server}: {exc or type(exc).__name__}") from exc
+        finally:
+            self._http.cookies.clear()
+        return cast(JSON, issued)
+
+    def _csrf_token(self, html: str) -> str:
+        match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+        if match:
+            return match.group(1)
+        cookie = self._http.cookies.get("csrftoken")
+        if cookie:
+            return str(cookie)
+        raise ApiError(f"{self.server}/login/ has no login form: is it the control plane's address?", 404)
+
     # ------------------------------------------------------------------ tasks
     def list_tasks(
         self,
@@ -251,6 +313,14 @@ class UnicronClient:
         self, task: int | None = None, state: str | None = None, limit: int = 50, offset: int = 0
     ) -> Page:
         return self._page("transitions/", {"task": task, "state": state, "limit": limit, "offset": offset})
+
+
+def _form_error(html: str) -> str:
+    """The login form's own error message (the dashboard shows it in an ``error-box``)."""
+    match = re.search(r'class="error-box"[^>]*>(.*?)</div>', html, re.DOTALL)
+    if not match:
+        return ""
+    return htmllib.unescape(re.sub(r"<[^>]+>", " ", match.group(1))).strip()
 
 
 def normalise_server(server: str) -> str:

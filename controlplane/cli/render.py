@@ -107,6 +107,10 @@ def seconds_between(start: object, end: object) -> str:
     return f"{(ended - began).total_seconds():.2f}"
 
 
+def dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
 def number(value: object, digits: int = 3) -> str:
     if value is None:
         return ""
@@ -296,8 +300,8 @@ def transitions_table(page: Page) -> None:
                 f"{t.get('task')} {escape(str(t.get('task_name') or ''))}",
                 str(t.get("kind") or ""),
                 styled(t.get("state")),
-                f"{t.get('previous_epoch')}→{t.get('epoch')}",
-                f"{t.get('old_workers')}→{t.get('new_workers')}",
+                f"{dash(t.get('previous_epoch'))}→{dash(t.get('epoch'))}",
+                f"{dash(t.get('old_workers'))}→{dash(t.get('new_workers'))}",
                 took,
                 escape(str(t.get("error") or "")),
             ]

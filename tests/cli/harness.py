@@ -65,6 +65,7 @@ class Cli:
             env=self.env(**env),
             timeout=timeout,
             check=False,
+            start_new_session=True,  # no controlling terminal: a hidden prompt reads standard input
         )
 
     def as_user(self, *args: str, token: str | None = None, **kw: str) -> subprocess.CompletedProcess[str]:

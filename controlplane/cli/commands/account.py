@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -12,9 +13,9 @@ from controlplane.cli.common import CliProblem, OutputOption, checked_server, gl
 from controlplane.cli.render import Output, print_json, stdout
 
 WHERE_TOKENS_COME_FROM = (
-    "An API token belongs to a user: an admin creates one with `python manage.py drf_create_token "
-    "USERNAME` on the server (or in the admin site, Auth Token > Tokens); `make demo` prints one per "
-    "demo account."
+    "Log in with `unicron login --server URL --username NAME` (your dashboard password; the server issues "
+    "a new token), or get a token from an admin: `python manage.py issue_api_token NAME` on the server; "
+    "`make demo` prints one per demo account."
 )
 
 
@@ -26,14 +27,30 @@ def login(
     ] = None,
     token: Annotated[
         str | None,
-        typer.Option("--token", help="Your API token (prompted for, hidden, when not given)."),
+        typer.Option(
+            "--token", help="Your API token (prompted for, hidden, when neither it nor --username is given)."
+        ),
     ] = None,
+    username: Annotated[
+        str | None,
+        typer.Option(
+            "--username",
+            "-u",
+            help="Log in with your dashboard username and password (prompted for, hidden) and get a new API "
+            "token from the server; your previous token stops working.",
+        ),
+    ] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="With --username: read the password from standard input.")
+    ] = False,
 ) -> None:
     """Check a server address and API token against the server and store both in the config file.
 
     The file is $UNICRON_CONFIG or ~/.config/unicron/config.json, mode 0600 in a 0700 directory.
-    An API token belongs to a user: an admin creates one with `python manage.py drf_create_token
-    USERNAME` on the server (or in the admin site); `make demo` prints one per demo account."""
+    With --username, the password is checked by the dashboard's login (its lock-out after repeated
+    failures applies) and the server issues a new API token for you (POST /api/v1/me/token/), which
+    replaces your previous one. Otherwise give a token: `python manage.py issue_api_token USERNAME`
+    on the server prints one; `make demo` prints one per demo account."""
     options = global_options(ctx)
     try:
         stored = config.load()
@@ -43,7 +60,22 @@ def login(
     if not address:
         raise CliProblem("name the server: unicron login --server URL", ExitCode.USAGE)
     address = checked_server(address)
-    secret = token or options.token
+    if username and token:
+        raise CliProblem("give --token or --username, not both", ExitCode.USAGE)
+    if password_stdin and not username:
+        raise CliProblem("--password-stdin goes with --username", ExitCode.USAGE)
+    secret = token or (None if username else options.token)
+    if username:
+        password = (
+            sys.stdin.readline().rstrip("\r\n")
+            if password_stdin
+            else typer.prompt("Password", hide_input=True)
+        )
+        if not password:
+            raise CliProblem("no password given", ExitCode.USAGE)
+        with UnicronClient(address, None, timeout=options.timeout) as anonymous:
+            issued = anonymous.issue_token_with_password(username, password)
+        secret = str(issued["token"])
     if not secret:
         secret = typer.prompt("API token", hide_input=True).strip()
     if not secret:

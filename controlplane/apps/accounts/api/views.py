@@ -67,7 +67,9 @@ class MyTokenView(APIView):
 
     @extend_schema(request=None, responses={201: IssuedApiTokenSerializer})
     def post(self, request: Request) -> Response:
-        user = cast(User, request.user)  # IsViewer: an authenticated user
+        # IsViewer: an authenticated user. The row itself, not the session's lazy proxy of it: the audit
+        # entry names the object's model.
+        user = User.objects.get(pk=cast(User, request.user).pk)
         token, key = do_rotate_api_token(user, user)
         body = {"token": key, "prefix": token.prefix, "expires_at": token.expires_at}
         return Response(IssuedApiTokenSerializer(body).data, status=201)
