@@ -6,6 +6,11 @@ In-memory snapshots (:mod:`agents.snapshots`): the agent serves its snapshot sto
 ``/dev/shm/unicron-snapshots-<node>``, with a hash of ``--run-dir`` appended when one is given, so
 that two deployments with the same node name never share snapshots). The store runs in the agent's
 event loop and its directory is handed to the workers through their environment.
+
+Snapshot transfers between agents are authenticated per task (:mod:`agents.snapshots`); the agent
+creates everything with umask 077 (snapshot files 0600, directories 0700), and refuses a received
+snapshot larger than ``UNICRON_SNAPSHOT_MAX_BYTES`` (unset: the free space of the snapshot filesystem)
+or than twice the largest it holds of that task.
 """
 
 from __future__ import annotations
@@ -112,6 +117,11 @@ def main(argv: list[str] | None = None) -> None:
         worker_nice()
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
+    os.umask(0o077)  # snapshots hold a task's full model state: readable by this user only
+    try:
+        snapshots = snapshot_config(args)  # UNICRON_SNAPSHOT_MAX_BYTES is read here
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     if args.run_dir is not None:
         args.run_dir.mkdir(parents=True, exist_ok=True)
     try:  # UNICRON_SPARES / UNICRON_SPARE_ZYGOTE are read here: a bad one is named, nothing starts
@@ -126,4 +136,4 @@ def main(argv: list[str] | None = None) -> None:
         )
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
-    asyncio.run(run_agent(cfg, snapshot_config(args)))
+    asyncio.run(run_agent(cfg, snapshots))

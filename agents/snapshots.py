@@ -19,6 +19,20 @@ file bytes follow raw, with their sizes in the header (``put``: a replica pushed
 ``get``: a snapshot fetched from a peer). Received files go to a temporary directory that is renamed
 into place whole, so a partial transfer is never visible. Every step has a timeout.
 
+Authentication: every request names one task and carries an HMAC-SHA256, made with the task's
+snapshot key (``TrainingTask.snapshot_secret``, handed to the agents of the task in their
+``start_workers`` / ``reconfigure`` commands and to its replica peers in a ``snapshot_grant``), over
+(operation, task, epoch, iteration, origin, file names and sizes, total size, timestamp, nonce). The
+server checks it before it reads or writes a byte of snapshot data and refuses: a task it has no key
+for, a wrong MAC, a timestamp more than ``max_clock_skew_s`` away, a nonce seen before, a ``put`` of
+this node's own snapshots or of a dropped task, and a declared size above :meth:`SnapshotStore.limit`
+(the configured cap, the free space of the snapshot filesystem, and twice the largest snapshot of the
+task it holds). A ``get`` reply carries a MAC over the request's nonce and the snapshot list, so the
+fetcher knows the peer holds the key too; the file bytes themselves are not MACed (the threat is
+another local or network client, not a man in the middle: put TLS or a private network under the
+snapshot plane on a shared fabric). Refusals are logged and counted (:attr:`SnapshotStore.refused`,
+:attr:`SnapshotStore.refusals`). The snapshot root is 0700, received directories 0700, files 0600.
+
 The agent needs these lines::
 
     store = SnapshotStore(node, SnapshotStoreConfig(root=..., host=..., port=...))
@@ -26,7 +40,8 @@ The agent needs these lines::
     cfg.worker_env.update(store.worker_env())        # UNICRON_SNAPSHOT_DIR / UNICRON_SNAPSHOT_NODE
     Hello(..., snapshot_endpoint=store.endpoint, snapshots=store.infos())
     Heartbeat(..., snapshots=store.infos())
-    await store.fetch(src.endpoint, task_id, src.iteration)   # a memory_snapshot source on a peer
+    store.set_secret(task_id, secret)                 # from start_workers / reconfigure / snapshot_grant
+    await store.fetch(src.endpoint, task_id, src.iteration, epoch)  # a memory_snapshot source on a peer
     store.drop_task(task_id)                          # the task ended or was cancelled
     await store.close()
 """
@@ -35,14 +50,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
 import os
+import secrets
 import shutil
 import struct
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,10 +88,48 @@ MAX_HEADER_BYTES = 1 << 20
 MAX_FILE_BYTES = 1 << 40
 CHUNK = 4 << 20
 INCOMING = ".incoming"
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+ENV_SNAPSHOT_MAX_BYTES = "UNICRON_SNAPSHOT_MAX_BYTES"
+"""Largest snapshot (all files of one origin) an agent accepts; unset or 0: no cap beyond free space."""
+SIZE_SLACK = 64 << 20
+"""A snapshot may grow this much beyond twice the largest one of its task held here."""
+_NONCE_BYTES = 16
 
 
 class SnapshotTransferError(RuntimeError):
     """A peer refused a request, broke off, or sent something malformed."""
+
+
+class SnapshotRefused(SnapshotTransferError):
+    """A request failed authentication or a limit (counted in ``SnapshotStore.refusals``)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def env_max_bytes() -> int | None:
+    """``UNICRON_SNAPSHOT_MAX_BYTES`` (bytes; unset or 0: none); a bad value names the variable."""
+    raw = os.environ.get(ENV_SNAPSHOT_MAX_BYTES, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_SNAPSHOT_MAX_BYTES}={raw!r} is not a whole number of bytes") from None
+    if value < 0:
+        raise ValueError(f"{ENV_SNAPSHOT_MAX_BYTES}={raw!r} must be >= 0")
+    return value or None
+
+
+def request_mac(key: bytes, fields: dict[str, Any]) -> str:
+    """HMAC-SHA256 of a request's signed fields (canonical JSON: sorted keys, no spaces)."""
+    body = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+_SIGNED = ("op", "task_id", "epoch", "iteration", "origin", "files", "size", "ts", "nonce")
 
 
 @dataclass
@@ -96,6 +153,14 @@ class SnapshotStoreConfig:
     peer for that snapshot after the next one completed (``make demo`` hit exactly this: "no complete
     snapshot of task 1 at iteration 369")."""
     enabled: bool = True
+    max_bytes: int | None = field(default_factory=env_max_bytes)
+    """Cap on one received snapshot (:meth:`SnapshotStore.limit`); default ``UNICRON_SNAPSHOT_MAX_BYTES``."""
+    max_clock_skew_s: float = 120.0
+    """A request whose timestamp is further from this clock is refused (replays; nonces are kept this
+    long)."""
+    authenticate: bool = True
+    """Off only to measure what authentication costs (``bench/snapshot_auth.py``); an agent never
+    turns it off."""
 
 
 @dataclass
@@ -163,6 +228,13 @@ class SnapshotStore:
         self._pushes: dict[str, asyncio.Task[None]] = {}
         self._replication = _Replication()
         self._dropped: set[str] = set()
+        self._secrets: dict[str, bytes] = {}
+        self._nonces: dict[str, float] = {}
+        self.refused = 0
+        """Requests refused (authentication or a limit), since start."""
+        self.refusals: Counter[str] = Counter()
+        """The same, by reason (``unknown_task``, ``bad_mac``, ``stale``, ``replayed``, ``too_large``...)."""
+        os.chmod(self.root, DIR_MODE)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -207,6 +279,76 @@ class SnapshotStore:
 
     def worker_env(self) -> dict[str, str]:
         return {ENV_SNAPSHOT_DIR: str(self.root), ENV_SNAPSHOT_NODE: self.node}
+
+    # ------------------------------------------------------------------ keys
+    def set_secret(self, task_id: str, secret: str) -> None:
+        """The task's snapshot key (hex), from the coordinator; a newer one replaces the old."""
+        self._secrets[safe_name(task_id, "task id")] = bytes.fromhex(secret)
+
+    def has_secret(self, task_id: str) -> bool:
+        return task_id in self._secrets
+
+    def _key(self, task_id: str) -> bytes:
+        key = self._secrets.get(task_id)
+        if key is None:
+            raise SnapshotRefused("unknown_task", f"no snapshot key for task {task_id!r} on {self.node}")
+        return key
+
+    def _sign(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` with a timestamp, a nonce and the MAC (the task's key)."""
+        out = dict(fields, ts=time.time(), nonce=secrets.token_hex(_NONCE_BYTES))
+        signed = {k: out.get(k) for k in _SIGNED}
+        out["mac"] = request_mac(self._key(str(fields["task_id"])), signed) if self.cfg.authenticate else ""
+        return out
+
+    def _check_request(self, header: dict[str, Any]) -> str:
+        """Authenticate a request (before any snapshot byte is read or written); returns its task."""
+        task_id = header.get("task_id")
+        if not isinstance(task_id, str):
+            raise SnapshotRefused("malformed", "no task_id")
+        try:
+            safe_name(task_id, "task id")
+        except ValueError as e:
+            raise SnapshotRefused("malformed", str(e)) from None
+        if not self.cfg.authenticate:
+            return task_id
+        key = self._key(task_id)
+        mac, ts, nonce = header.get("mac"), header.get("ts"), header.get("nonce")
+        if not isinstance(mac, str) or not isinstance(nonce, str) or not isinstance(ts, int | float):
+            raise SnapshotRefused("bad_mac", "the request carries no mac, nonce or timestamp")
+        want = request_mac(key, {k: header.get(k) for k in _SIGNED})
+        if not hmac.compare_digest(mac, want):
+            raise SnapshotRefused("bad_mac", f"the request's MAC does not match task {task_id!r}'s key")
+        now = time.time()
+        if not abs(now - float(ts)) <= self.cfg.max_clock_skew_s:
+            raise SnapshotRefused("stale", f"timestamp {ts} is more than {self.cfg.max_clock_skew_s}s off")
+        for n, until in list(self._nonces.items()):
+            if until < now:
+                del self._nonces[n]
+        if nonce in self._nonces:
+            raise SnapshotRefused("replayed", "nonce seen before")
+        self._nonces[nonce] = now + 2 * self.cfg.max_clock_skew_s
+        return task_id
+
+    def _refuse(self, e: SnapshotRefused, peer: Any) -> None:
+        self.refused += 1
+        self.refusals[e.reason] += 1
+        log.warning("snapshot request from %s refused: %s", peer, e)
+
+    def limit(self, task_id: str) -> int:
+        """Most bytes one received snapshot of ``task_id`` may declare: the configured cap, the free
+        space of the snapshot filesystem, and twice the largest snapshot of the task held here (plus
+        :data:`SIZE_SLACK`), whichever is least."""
+        caps = [MAX_FILE_BYTES]
+        if self.cfg.max_bytes:
+            caps.append(self.cfg.max_bytes)
+        with contextlib.suppress(OSError):
+            st = os.statvfs(self.root)
+            caps.append(st.f_bavail * st.f_frsize)
+        known = [s.nbytes for s in self.infos() if s.task_id == task_id]
+        if known:
+            caps.append(2 * max(known) + SIZE_SLACK)
+        return min(caps)
 
     # ------------------------------------------------------------------ local state
     def _all(self) -> list[_Snapshot]:
@@ -354,17 +496,24 @@ class SnapshotStore:
         if not is_complete(src):
             raise SnapshotTransferError(f"{src} is not a complete snapshot")
         files = _files_of(src)
-        header = {
-            "op": "put",
-            "origin": self.node,
-            "task_id": task_id,
-            "epoch": epoch,
-            "iteration": iteration,
-            "files": [{"name": f.name, "size": f.stat().st_size} for f in files],
-        }
+        listed: list[dict[str, Any]] = [{"name": f.name, "size": f.stat().st_size} for f in files]
+        header = self._sign(
+            {
+                "op": "put",
+                "origin": self.node,
+                "task_id": task_id,
+                "epoch": epoch,
+                "iteration": iteration,
+                "files": listed,
+                "size": sum(int(f["size"]) for f in listed),
+            }
+        )
         reader, writer = await self._connect(endpoint)
         try:
             await self._send_header(writer, header)
+            go = await self._read_header(reader)  # the peer accepts the request before any byte goes
+            if not go.get("ok"):
+                raise SnapshotTransferError(f"{endpoint} refused the replica: {go.get('error')}")
             for f in files:
                 await self._send_file(writer, f)
             reply = await self._read_header(reader)
@@ -375,18 +524,42 @@ class SnapshotStore:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def fetch(self, endpoint: str, task_id: str, iteration: int) -> list[Path]:
+    async def fetch(self, endpoint: str, task_id: str, iteration: int, epoch: int = 0) -> list[Path]:
         """Copy the peer's complete snapshot of ``task_id`` at ``iteration`` (all the origins it
-        holds) into this node's shm; returns the local directories (ready for ``restore``)."""
+        holds) into this node's shm; returns the local directories (ready for ``restore``).
+        ``epoch``: the epoch the copy is fetched for (signed with the request)."""
         safe_name(task_id, "task id")
+        request = self._sign(
+            {
+                "op": "get",
+                "task_id": task_id,
+                "epoch": epoch,
+                "iteration": iteration,
+                "origin": None,
+                "files": None,
+                "size": None,
+            }
+        )
         reader, writer = await self._connect(endpoint)
         paths = []
         try:
-            await self._send_header(writer, {"op": "get", "task_id": task_id, "iteration": iteration})
+            await self._send_header(writer, request)
             reply = await self._read_header(reader)
             if not reply.get("ok"):
                 raise SnapshotTransferError(f"{endpoint}: {reply.get('error')}")
-            for snap in reply["snapshots"]:
+            snapshots = reply.get("snapshots")
+            if not isinstance(snapshots, list):
+                raise SnapshotTransferError(f"{endpoint}: no snapshot list in the reply")
+            if self.cfg.authenticate:
+                want = request_mac(self._key(task_id), {"nonce": request["nonce"], "snapshots": snapshots})
+                if not hmac.compare_digest(str(reply.get("mac")), want):
+                    raise SnapshotTransferError(
+                        f"{endpoint} does not hold task {task_id!r}'s key (bad reply MAC)"
+                    )
+            for snap in snapshots:
+                if not isinstance(snap, dict) or snap.get("task_id") != task_id:
+                    raise SnapshotTransferError(f"{endpoint} sent a snapshot of another task")
+                self._check_size(task_id, snap)
                 paths.append(await self._receive(reader, snap))
         finally:
             writer.close()
@@ -398,25 +571,59 @@ class SnapshotStore:
 
     # ------------------------------------------------------------------ server
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
         try:
             header = await self._read_header(reader)
             op = header.get("op")
+            try:
+                if op not in ("put", "get"):
+                    raise SnapshotRefused("malformed", f"unknown op {op!r}")
+                task_id = self._check_request(header)
+                if op == "put":
+                    self._check_put(task_id, header)
+            except SnapshotRefused as e:
+                self._refuse(e, peer)
+                await self._send_header(writer, {"ok": False, "error": str(e)})
+                return
             if op == "put":
+                await self._send_header(writer, {"ok": True})
                 try:
                     await self._receive(reader, header)
                     await self._send_header(writer, {"ok": True})
                 except (SnapshotTransferError, ValueError) as e:
                     await self._send_header(writer, {"ok": False, "error": str(e)})
-            elif op == "get":
-                await self._serve_get(writer, header)
             else:
-                await self._send_header(writer, {"ok": False, "error": f"unknown op {op!r}"})
-        except (TimeoutError, OSError, SnapshotTransferError, asyncio.IncompleteReadError) as e:
+                await self._serve_get(writer, header)
+        except (TimeoutError, OSError, SnapshotTransferError, asyncio.IncompleteReadError, ValueError) as e:
             log.warning("snapshot peer request failed: %s", e)
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _check_put(self, task_id: str, header: dict[str, Any]) -> None:
+        """A replica may be written here: not this node's own, not a dropped task, not too large."""
+        origin = header.get("origin")
+        if origin == self.node:
+            raise SnapshotRefused("own_snapshot", f"{self.node} writes its own snapshots itself")
+        if task_id in self._dropped:
+            raise SnapshotRefused("dropped", f"task {task_id} was dropped on {self.node}")
+        self._check_size(task_id, header)
+
+    def _check_size(self, task_id: str, header: dict[str, Any]) -> None:
+        files = header.get("files")
+        if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+            raise SnapshotRefused("malformed", "no file list")
+        try:
+            sizes = [int(f.get("size")) for f in files]
+        except (TypeError, ValueError):
+            raise SnapshotRefused("malformed", "a file size is not a number") from None
+        total, limit = sum(sizes), self.limit(task_id)
+        if any(n < 0 for n in sizes) or total > limit:
+            raise SnapshotRefused("too_large", f"declared {total} bytes; at most {limit} for task {task_id}")
+        declared = header.get("size", total)
+        if declared != total:
+            raise SnapshotRefused("malformed", f"declared size {declared} != the files' {total}")
 
     async def _serve_get(self, writer: asyncio.StreamWriter, header: dict[str, Any]) -> None:
         try:
@@ -441,7 +648,12 @@ class SnapshotStore:
                     "files": [{"name": f.name, "size": f.stat().st_size} for f in files],
                 }
             )
-        await self._send_header(writer, {"ok": True, "snapshots": headers})
+        reply: dict[str, Any] = {"ok": True, "snapshots": headers, "mac": ""}
+        if self.cfg.authenticate:
+            reply["mac"] = request_mac(
+                self._key(task_id), {"nonce": header.get("nonce"), "snapshots": headers}
+            )
+        await self._send_header(writer, reply)
         for files in sources:
             for f in files:
                 await self._send_file(writer, f)
@@ -461,8 +673,9 @@ class SnapshotStore:
             or len(set(names)) != len(names)
         ):
             raise SnapshotTransferError(f"bad snapshot file list {names}")
+        (self.root / INCOMING).mkdir(mode=DIR_MODE, exist_ok=True)
         tmp = self.root / INCOMING / uuid.uuid4().hex
-        tmp.mkdir(parents=True)
+        tmp.mkdir(mode=DIR_MODE)
         try:
             for f in files:
                 size = int(f["size"])
@@ -472,7 +685,8 @@ class SnapshotStore:
             if task_id in self._dropped:
                 raise SnapshotTransferError(f"task {task_id} was dropped on {self.node}")
             final = self.root / origin / task_id / snapshot_name(epoch, iteration)
-            final.parent.mkdir(parents=True, exist_ok=True)
+            final.parent.parent.mkdir(mode=DIR_MODE, exist_ok=True)
+            final.parent.mkdir(mode=DIR_MODE, exist_ok=True)
             if final.exists():  # a repeated push, or one left by an earlier run: the new one wins
                 old = self.root / INCOMING / f"old-{uuid.uuid4().hex}"
                 os.rename(final, old)
@@ -519,7 +733,8 @@ class SnapshotStore:
                 await asyncio.wait_for(writer.drain(), self.cfg.timeout_s)
 
     async def _recv_file(self, reader: asyncio.StreamReader, path: Path, size: int) -> None:
-        with open(path, "wb") as fh:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        with open(fd, "wb") as fh:
             left = size
             while left:
                 try:

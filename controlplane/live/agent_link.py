@@ -49,11 +49,19 @@ from typing import Any, cast
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.db import transaction
+from django.db import DataError, transaction
 from django.utils import timezone
 
 from controlplane.apps.accounts.services import do_record_audit
 from controlplane.apps.common.errors import StaleState
+from controlplane.apps.fleet.authority import (
+    Refusal,
+    check_snapshot_adverts,
+    check_worker_report,
+    do_record_refusal,
+    list_snapshot_keys,
+    task_pk,
+)
 from controlplane.apps.fleet.choices import DEVICE_MACHINE, CommandState, CommandType, DeviceState, NodeState
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 from controlplane.apps.fleet.selectors import get_node_for_token, list_pending_commands
@@ -92,6 +100,7 @@ from controlplane.core.protocol import (
     IterationStats,
     ProtocolError,
     ProtocolViolation,
+    SnapshotGrant,
     TransitionReport,
     WorkerReport,
     decode_agent_frame,
@@ -152,8 +161,9 @@ def _device_memory(info: DeviceInfo, kind: str) -> int:
 
 
 @transaction.atomic
-def apply_hello(node_id: int, hello: Hello) -> str:
-    """Inventory upsert, node → healthy, unacked commands back to pending. Returns the node state."""
+def apply_hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal]]:
+    """Inventory upsert, node → healthy, unacked commands back to pending. Returns the node state and
+    the snapshot adverts refused (``fleet.authority``: not recorded)."""
     node = Node.objects.select_for_update().get(pk=node_id)
     existing = {d.index: d for d in Device.objects.filter(node=node)}
     reported = set()
@@ -174,14 +184,14 @@ def apply_hello(node_id: int, hello: Hello) -> str:
         last_heartbeat_at=timezone.now(),
         address=node.address or hello.hostname[:255],
     )
-    do_record_snapshots(
-        node.pk, [s.model_dump(mode="json") for s in hello.snapshots], hello.snapshot_endpoint or ""
-    )
+    do_record_snapshots(node.pk, [], hello.snapshot_endpoint or "")
+    allowed, refused = check_snapshot_adverts(node.pk, hello.snapshots)
+    do_record_snapshots(node.pk, [s.model_dump(mode="json") for s in allowed])
     node = _bring_back(node, "agent said hello", warming=hello.warming)
     do_requeue_unacked_commands(node)
     _report_missing_workers(node, hello)
     _stop_stray_workers(node, hello)
-    return node.state
+    return node.state, refused
 
 
 _LIVE_WORKER_STATES = ("init", "healthy", "unhealthy")
@@ -336,8 +346,7 @@ _POLICY = failures.EscalationPolicy()
 _HISTORY_LIMIT = 100
 
 
-def _task_pk(task_id: str) -> int | None:
-    return int(task_id) if task_id.isdigit() else None
+_task_pk = task_pk
 
 
 def _evidence_of(node_name: str, report: WorkerReport) -> failures.Evidence:
@@ -584,7 +593,7 @@ def record_ack(node_id: int, ack: Ack) -> str | None:
 
 
 def pending_commands(node_id: int) -> list[AgentCommand]:
-    return list(list_pending_commands(Node(pk=node_id)))
+    return list(list_pending_commands(Node(pk=node_id)).select_related("task"))  # its snapshot key
 
 
 def mark_sent(command: AgentCommand) -> None:
@@ -615,6 +624,8 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     _superseded: bool = False
     _impersonations: set[str]
     _snapshots: list[dict[str, Any]] | None = None
+    _last_seq: int | None = None
+    _granted: set[tuple[str, str]]
 
     @property
     def _node_id(self) -> int:
@@ -624,6 +635,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def connect(self) -> None:
         self._impersonations = set()
+        self._granted = set()
         token = _bearer_token(self.scope)
         node = await _db(get_node_for_token)(token) if token else None
         if node is None:
@@ -670,6 +682,17 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             await self._refuse_impersonation(envelope)
             return
         mtype = envelope.message.type
+        new_session = mtype == "hello" and envelope.session != self.session
+        if self._last_seq is not None and envelope.seq <= self._last_seq and not new_session:
+            await self._send_error(
+                ProtocolError(
+                    code="out_of_order",
+                    detail=f"seq {envelope.seq} is not above the previous frame's {self._last_seq}",
+                    in_reply_to_seq=envelope.seq,
+                )
+            )
+            return
+        self._last_seq = envelope.seq
         if self.session is None and mtype != "hello":
             await self._send_error(
                 ProtocolError(
@@ -682,6 +705,12 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         handler = self._handlers()[mtype]
         try:
             await handler(envelope)
+        except DataError as exc:  # a value the database cannot hold: the frame's fault, not ours
+            log.warning(
+                "agent %s: %s (seq %s) refused by the database: %s", self.node_name, mtype, envelope.seq, exc
+            )
+            detail = f"{mtype}: a value cannot be stored: {str(exc).splitlines()[0][:500]}"
+            await self._send_error(ProtocolError(code="invalid", detail=detail, in_reply_to_seq=envelope.seq))
         except Exception:
             log.exception("agent %s: %s (seq %s) could not be stored", self.node_name, mtype, envelope.seq)
             await self.close(code=CLOSE_INTERNAL)
@@ -708,7 +737,8 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         self.session = envelope.session
         self._snapshots = [s.model_dump(mode="json") for s in hello.snapshots]
-        state = await _db(apply_hello)(self._node_id, hello)
+        state, refused = await _db(apply_hello)(self._node_id, hello)
+        await self._refuse(envelope, "agent_snapshot_refused", refused)
         log.info(
             "agent %s hello: %d devices, session %s, node %s",
             self.node_name,
@@ -724,7 +754,9 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         snapshots = [s.model_dump(mode="json") for s in heartbeat.snapshots]
         if snapshots != self._snapshots:  # written only when the list changes: the 1 Hz path stays cheap
             self._snapshots = snapshots
-            await _db(do_record_snapshots)(self._node_id, snapshots)
+            allowed, refused = await _db(check_snapshot_adverts)(self._node_id, heartbeat.snapshots)
+            await _db(do_record_snapshots)(self._node_id, [s.model_dump(mode="json") for s in allowed])
+            await self._refuse(envelope, "agent_snapshot_refused", refused)
         if state is None:  # the node was deleted under us
             await self.close(code=CLOSE_UNAUTHORIZED)
         elif state in (NodeState.SUSPECT, NodeState.LOST) or (
@@ -746,6 +778,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 )
             )
             return
+        refusal = await _db(check_worker_report)(self._node_id, report)
+        if refusal is not None:
+            await self._refuse(envelope, "agent_report_refused", [refusal])
+            return
         outcome = await _db(record_worker_report)(self._node_id, report)
         log.info("agent %s report %s: %s", self.node_name, report.report_id, outcome)
 
@@ -759,6 +795,16 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def _on_protocol_error(self, envelope: AgentEnvelope) -> None:
         log.warning("agent %s refused one of our frames: %s", self.node_name, envelope.message)
+
+    async def _refuse(self, envelope: AgentEnvelope, verb: str, refusals: list[Refusal]) -> None:
+        """Content the node may not speak for (``fleet.authority``): audited, answered, not stored."""
+        if not refusals:
+            return
+        await _db(do_record_refusal)(self._node_id, verb, refusals)
+        detail = "; ".join(r.detail for r in refusals)
+        await self._send_error(
+            ProtocolError(code="forbidden", detail=detail[:4000], in_reply_to_seq=envelope.seq)
+        )
 
     async def _refuse_impersonation(self, envelope: AgentEnvelope) -> None:
         log.warning(
@@ -794,7 +840,18 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     # --- frames to the agent -----------------------------------------------------------------------
 
+    async def _send_grants(self) -> None:
+        """Snapshot keys of tasks whose replicas this node keeps without running them (once per socket)."""
+        node = await _db(Node.objects.filter(pk=self._node_id).first)()
+        if node is None:
+            return
+        for task_id, secret in (await _db(list_snapshot_keys)(node)).items():
+            if (task_id, secret) not in self._granted:
+                self._granted.add((task_id, secret))
+                await self._send_envelope(SnapshotGrant(task_id=task_id, secret=secret))
+
     async def _send_pending(self) -> None:
+        await self._send_grants()
         for row in await _db(pending_commands)(self._node_id):
             try:
                 message = command_message(row)

@@ -2,7 +2,8 @@
 
 The :class:`~controlplane.apps.fleet.models.AgentCommand` row is the source of truth; this module only
 
-- turns a row into the protocol message the agent receives (:func:`command_message`), and
+- turns a row into the protocol message the agent receives (:func:`command_message`; a launch or
+  reconfiguration gets the task's snapshot key here, from the task row), and
 - wakes the node's agent link after a command was committed (:func:`notify_agent_on_commit`): every
   socket of node ``n`` is in the channel-layer group :func:`agent_group` ``(n)``; on ``agent.command``
   it reads the node's pending rows from PostgreSQL and sends them. A lost wake-up (Redis down) loses
@@ -64,6 +65,9 @@ def command_message(row: AgentCommand) -> Command:
     )
     if data["task_id"] is None and cls.model_fields["task_id"].is_required():
         data["task_id"] = ""
+    if "snapshot_secret" in cls.model_fields and row.task is not None:
+        # the key lives on the task row only (never in the stored payload the API shows)
+        data["snapshot_secret"] = row.task.snapshot_secret
     try:
         message: Command = COORDINATOR_MESSAGE_ADAPTER.validate_python(data)
     except ValidationError as exc:

@@ -12,11 +12,15 @@ from agents.snapshots import SnapshotStore, SnapshotStoreConfig, SnapshotTransfe
 from agents.training.snapshot import COMPLETE, SnapshotError, find_snapshot
 from tests.agents.snapshot_worker import write_snapshot_files
 
+TASK_KEY = "ab" * 32
+
 
 async def test_a_half_written_snapshot_is_not_listed_served_or_replicated(tmp_path: Path) -> None:
     peer = SnapshotStore("node-b", SnapshotStoreConfig(root=tmp_path / "b", scan_interval_s=0.05))
+    peer.set_secret("gpt", TASK_KEY)  # both agents run or keep the task
     await peer.start()
     own = SnapshotStore("node-a", SnapshotStoreConfig(root=tmp_path / "a", scan_interval_s=0.05))
+    own.set_secret("gpt", TASK_KEY)  # both agents run or keep the task
     await own.start()
     try:
         assert peer.endpoint is not None

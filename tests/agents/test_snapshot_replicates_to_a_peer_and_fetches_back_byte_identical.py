@@ -13,6 +13,8 @@ from agents.snapshots import SnapshotStore, SnapshotStoreConfig, SnapshotTransfe
 from tests.agents.helpers import free_port
 from tests.agents.snapshot_worker import write_snapshot_files
 
+TASK_KEY = "ab" * 32
+
 
 def _files(d: Path) -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in sorted(d.iterdir())}
@@ -27,9 +29,11 @@ async def _until(cond: object, timeout_s: float) -> None:
 
 async def test_replica_is_pushed_to_the_peer_and_fetched_back_identically(tmp_path: Path) -> None:
     peer = SnapshotStore("node-b", SnapshotStoreConfig(root=tmp_path / "b", scan_interval_s=0.05))
+    peer.set_secret("gpt", TASK_KEY)  # both agents run or keep the task
     await peer.start()
     assert peer.endpoint is not None
     own = SnapshotStore("node-a", SnapshotStoreConfig(root=tmp_path / "a", scan_interval_s=0.05))
+    own.set_secret("gpt", TASK_KEY)  # both agents run or keep the task
     await own.start()
     try:
         src = write_snapshot_files(
@@ -64,8 +68,10 @@ async def test_replica_is_pushed_to_the_peer_and_fetched_back_identically(tmp_pa
 
 async def test_fetching_a_snapshot_the_peer_does_not_hold_names_it(tmp_path: Path) -> None:
     peer = SnapshotStore("node-b", SnapshotStoreConfig(root=tmp_path / "b"))
+    peer.set_secret("gpt", TASK_KEY)  # both agents run or keep the task
     await peer.start()
     own = SnapshotStore("node-a", SnapshotStoreConfig(root=tmp_path / "a"))
+    own.set_secret("gpt", TASK_KEY)  # both agents run or keep the task
     try:
         assert peer.endpoint is not None
         with pytest.raises(SnapshotTransferError, match="no complete snapshot of task 'gpt' at iteration 4"):

@@ -32,6 +32,7 @@ from controlplane.core.protocol import (
     ReconfigureCommand,
     Rendezvous,
     RetryCommand,
+    SnapshotGrant,
     StartWorkersCommand,
     StateSource,
     StopWorkersCommand,
@@ -49,6 +50,7 @@ from controlplane.core.protocol import (
 GOLDEN_DIR = Path(__file__).parent / "golden"
 T0 = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 T1 = datetime(2025, 1, 2, 3, 4, 6, 12000, tzinfo=UTC)
+SECRET = "5e" * 32
 
 
 def _agent(message: object, seq: int = 7) -> AgentEnvelope:
@@ -180,7 +182,9 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
     ),
     # coordinator -> agent
     "start_workers": _coord(
-        StartWorkersCommand(command_id="cmd-41", task_id="gpt-small", epoch=2, launch=LAUNCH)
+        StartWorkersCommand(
+            command_id="cmd-41", task_id="gpt-small", epoch=2, launch=LAUNCH, snapshot_secret=SECRET
+        )
     ),
     "stop_workers": _coord(
         StopWorkersCommand(command_id="cmd-42", task_id="gpt-small", epoch=2, ranks=[1], grace_s=2.0)
@@ -195,6 +199,7 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
             previous_epoch=2,
             previous_parallel=ParallelConfig(tp=1, pp=1, dp=4),
             survivors=[RankMapping(old_rank=0, new_rank=0), RankMapping(old_rank=2, new_rank=1)],
+            snapshot_secret=SECRET,
         )
     ),
     "retry": _coord(
@@ -215,6 +220,7 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
         )
     ),
     "drain": _coord(DrainCommand(command_id="cmd-46", grace_s=10.0)),
+    "snapshot_grant": _coord(SnapshotGrant(task_id="gpt-small", secret=SECRET)),
     "protocol_error.coordinator": _coord(
         ProtocolError(code="version_mismatch", detail="protocol_version 9 is not supported; supported: [1]")
     ),

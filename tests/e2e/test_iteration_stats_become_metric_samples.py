@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 import pytest
 from channels.db import database_sync_to_async
 
+from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.metrics.models import MetricSample
-from controlplane.apps.training.models import TrainingTask
+from controlplane.apps.training.models import Allocation, TrainingTask
 from tests.controlplane.factories import TaskFactory
 from tests.e2e.conftest import Connect, Registered
 
@@ -41,12 +42,22 @@ def stats(task_pk: int, rank: int) -> dict[str, object]:
     }
 
 
+@database_sync_to_async
+def held_by(node: Node, task: TrainingTask, ranks: list[int]) -> None:
+    """``node`` runs ``ranks`` of ``task`` at epoch 0 (released: the task is not running anywhere)."""
+    for rank in ranks:
+        device = Device.objects.get(node=node, index=rank)
+        Allocation.objects.create(task=task, device=device, rank=rank, epoch=0, active=False)
+
+
 async def test_rank_zero_iteration_stats_become_the_tasks_samples(
     registered: Registered, connect: Connect
 ) -> None:
     task: TrainingTask = await database_sync_to_async(TaskFactory)()
     agent = await connect(registered.token, registered.name)
     await agent.hello()
+    await agent.settle()
+    await held_by(registered.node, task, ranks=[0, 1])  # the node may speak only for its ranks
 
     await agent.send(stats(task.pk, rank=0))
     await agent.send(stats(task.pk, rank=1))  # same interval seen by another rank: not a second sample

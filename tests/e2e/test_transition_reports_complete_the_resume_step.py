@@ -18,9 +18,10 @@ from tests.e2e.conftest import AgentSocket, Connect, Registered
 
 
 async def settle(agent: AgentSocket) -> None:
-    """Like ``AgentSocket.settle``, skipping the commands the re-plan pushed to this agent."""
+    """Like ``AgentSocket.settle``, skipping the commands the re-plan pushed to this agent (and the
+    refusal of a report for an epoch this node never ran)."""
     await agent.send_raw("not json")
-    while (await agent.receive())["message"]["type"] != "protocol_error":
+    while (await agent.receive())["message"].get("code") != "malformed":
         pass
 
 
@@ -75,7 +76,7 @@ async def test_reports_complete_the_resume_step(registered: Registered, connect:
     await agent.settle()
     task_id, t_id = await database_sync_to_async(_launch)()
     epoch = (await database_sync_to_async(TrainingTask.objects.get)(pk=task_id)).epoch
-    await agent.send(transition_report(task_id, epoch - 1, 0))  # older epoch: ignored
+    await agent.send(transition_report(task_id, epoch - 1, 0))  # an epoch it never ran: refused
     await agent.send(transition_report(task_id, epoch, 0))
     await settle(agent)
     step = await database_sync_to_async(TransitionStep.objects.get)(transition_id=t_id, name="resume")

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
-from controlplane.apps.fleet.models import Device
+from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.incidents.models import Alert, FailureEvent
-from controlplane.apps.training.models import TrainingTask
+from controlplane.apps.training.models import Allocation, TrainingTask
 from tests.controlplane.factories import TaskFactory
 from tests.e2e.conftest import Connect, Registered
 
@@ -39,6 +39,14 @@ def cuda_exception(task_pk: int, report_id: str, device: int = 0) -> dict[str, A
 
 
 @database_sync_to_async
+def held_by(node: Node, task: TrainingTask, ranks: list[int]) -> None:
+    """``node`` runs ``ranks`` of ``task`` at epoch 0 (released: the task is not running anywhere)."""
+    for rank in ranks:
+        device = Device.objects.get(node=node, index=rank)
+        Allocation.objects.create(task=task, device=device, rank=rank, epoch=0, active=False)
+
+
+@database_sync_to_async
 def events() -> list[FailureEvent]:
     return list(FailureEvent.objects.select_related("device").order_by("detected_at", "id"))
 
@@ -49,6 +57,8 @@ async def test_a_resent_exception_report_is_one_classified_failure_event(
     task: TrainingTask = await database_sync_to_async(TaskFactory)()
     agent = await connect(registered.token, registered.name)
     await agent.hello(devices=2)
+    await agent.settle()
+    await held_by(registered.node, task, ranks=[0, 1])  # the node may speak only for its ranks
     report_id = str(uuid.uuid4())
 
     await agent.send(cuda_exception(task.pk, report_id))
@@ -78,6 +88,8 @@ async def test_a_second_sev2_on_the_same_device_escalates_to_sev1_with_an_alert(
     task: TrainingTask = await database_sync_to_async(TaskFactory)()
     agent = await connect(registered.token, registered.name)
     await agent.hello(devices=2)
+    await agent.settle()
+    await held_by(registered.node, task, ranks=[0, 1])
 
     await agent.send(cuda_exception(task.pk, str(uuid.uuid4())))
     await agent.send(cuda_exception(task.pk, str(uuid.uuid4())))

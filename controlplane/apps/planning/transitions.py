@@ -21,6 +21,7 @@ its failure events are resolved and the task is running again.
 from __future__ import annotations
 
 import logging
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +30,7 @@ from django.utils import timezone
 
 from controlplane.apps.fleet.choices import CommandState
 from controlplane.apps.fleet.models import AgentCommand, Node
-from controlplane.apps.fleet.services import do_wake_stale_commands
+from controlplane.apps.fleet.services import do_record_snapshots, do_wake_stale_commands
 from controlplane.apps.incidents.choices import Action
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.incidents.services import do_resolve_failure_event
@@ -137,7 +138,15 @@ def advance_transition(transition_id: int) -> str:
                 failed = [r for r in rows if r.state == CommandState.FAILED]
                 if failed:
                     bad = failed[0]
-                    fail_transition(t, f"{bad.type} on {bad.node.name} failed: {bad.error}", bad.node)
+                    reason = f"{bad.type} on {bad.node.name} failed: {bad.error}"
+                    holder = snapshot_fetch_failure(bad.error)
+                    if holder is not None:
+                        # the copy (or its peer) is at fault, not the node that fetched it: that copy
+                        # leaves the planner's view and the escalation's plan takes the next source
+                        _withdraw_snapshots(t.task_id, holder)
+                        fail_transition(t, reason, None)
+                    else:
+                        fail_transition(t, reason, bad.node)
                     return "failed"
                 if all(r.state == CommandState.ACKED for r in rows):
                     do_set_step_state(step, StepState.DONE)
@@ -151,6 +160,27 @@ def advance_transition(transition_id: int) -> str:
             _complete(t, steps)
             return "completed"
         return "running"
+
+
+_SNAPSHOT_FETCH_FAILED = re.compile(r"SnapshotFetchFailed: snapshot fetch from (\S+) failed")
+"""How an agent's ack names a snapshot fetch that failed (``agents.agent``): authentication refused, an
+unknown or unreachable peer, a broken transfer."""
+
+
+def snapshot_fetch_failure(error: str) -> str | None:
+    """The endpoint of the peer whose snapshot could not be fetched, when ``error`` says so."""
+    m = _SNAPSHOT_FETCH_FAILED.search(error or "")
+    return m.group(1) if m else None
+
+
+def _withdraw_snapshots(task_id: int, endpoint: str) -> None:
+    """The node serving ``endpoint`` no longer lists copies of ``task_id`` (until its agent's list
+    changes): the next plan does not choose them again."""
+    for node in Node.objects.filter(snapshot_endpoint=endpoint):
+        kept = [s for s in (node.snapshots or []) if str(s.get("task_id")) != str(task_id)]
+        if len(kept) != len(node.snapshots or []):
+            do_record_snapshots(node.pk, kept)
+            log.warning("snapshots of task %s on %s withdrawn after a failed fetch", task_id, node.name)
 
 
 def TRANSITION_TERMINAL(state: str) -> bool:  # noqa: N802 - reads like the machine's predicate

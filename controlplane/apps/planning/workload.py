@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from controlplane.apps.fleet.authority import trusted_snapshot_holders
 from controlplane.apps.fleet.choices import CommandType, NodeState
 from controlplane.apps.fleet.services import do_enqueue_command, do_fail_stale_commands
 from controlplane.apps.incidents.choices import Severity
@@ -81,6 +82,7 @@ from controlplane.core.protocol import (
 from controlplane.core.transitions.deadlines import step_deadline_s
 from controlplane.core.transitions.migration import LiveShard, NewRank, SnapshotCopy, choose_state_sources
 from controlplane.core.transitions.snapshots import complete_snapshot_copies
+from controlplane.live.commands import notify_agent_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -494,6 +496,12 @@ def snapshot_replica_of(node: str, view: ClusterView) -> str | None:
     return str(view.nodes_by_name[(after or names)[0]].snapshot_endpoint)
 
 
+def _node_serving(view: ClusterView, endpoint: str | None) -> str | None:
+    if not endpoint:
+        return None
+    return next((n for n, row in view.nodes_by_name.items() if row.snapshot_endpoint == endpoint), None)
+
+
 def epoch_layouts(task: TrainingTask) -> dict[int, tuple[int, int, int]]:
     """``(tp, pp, dp)`` of every epoch of ``task`` that has one: the plan of the transition that began
     it, and the task's current layout for the current epoch. A restart or a retry begins a new epoch
@@ -515,14 +523,24 @@ def snapshot_copies(
 ) -> list[SnapshotCopy]:
     """Complete in-memory snapshots of ``task`` on usable nodes, as their agents last listed them
     (``core.transitions.complete_snapshot_copies``), of any epoch whose layout is known
-    (:func:`epoch_layouts`); the worker's loader reshards a copy whose layout differs."""
+    (:func:`epoch_layouts`); the worker's loader reshards a copy whose layout differs.
+
+    Only nodes that ran a worker of the task or are its replica peers are believed
+    (``fleet.authority.trusted_snapshot_holders``), and only endpoints no other node claims too."""
     cfg = task.parallel_config or {}
     if old_layout is None or not cfg.get("dp"):
         return []
+    trusted = trusted_snapshot_holders(task.pk)
+    claimed: dict[str, int] = {}
+    for n in (view.nodes_by_name[name] for name in view.usable_nodes):
+        if n.snapshot_endpoint:
+            claimed[n.snapshot_endpoint] = claimed.get(n.snapshot_endpoint, 0) + 1
     held: dict[str, list[SnapshotInfo]] = {}
     endpoints: dict[str, str] = {}
     for name in view.usable_nodes:
         node = view.nodes_by_name[name]
+        if name not in trusted or claimed.get(node.snapshot_endpoint, 0) > 1:
+            continue
         infos = []
         for raw in node.snapshots or []:
             try:
@@ -656,6 +674,10 @@ def start_transition(
             }
         cmd = do_enqueue_command(view.nodes_by_name[node_name], ctype, payload, task.pk, task.epoch, t.pk)
         commands.append(str(cmd.command_id))
+        peer = _node_serving(view, launch.snapshot_replica)
+        if peer is not None and peer not in by_node:
+            # the replica peer runs no worker of the task: its link sends it the task's snapshot key
+            notify_agent_on_commit(peer)
     stops: list[str] = []
     for node_name in stop_nodes:
         cmd = do_enqueue_command(

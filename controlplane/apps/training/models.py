@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import secrets
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
 from controlplane.apps.training.choices import ParallelRole, TaskState
+
+
+def new_snapshot_secret() -> str:
+    """A task's snapshot-plane key: 256 random bits, hex."""
+    return secrets.token_hex(32)
 
 
 class TrainingTask(models.Model):
@@ -43,6 +50,12 @@ class TrainingTask(models.Model):
         blank=True, help_text="Why the task is queued or suspended (empty while it runs)."
     )
     throughput_table = models.JSONField(default=dict, blank=True)
+    snapshot_secret = models.CharField(
+        max_length=64,
+        default=new_snapshot_secret,
+        editable=False,
+        help_text="Key of the task's snapshot transfers between agents (HMAC); sent only in its commands.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)

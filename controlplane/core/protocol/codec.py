@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from controlplane.core.protocol.messages import (
+    INT64_MAX,
     SUPPORTED_VERSIONS,
     AgentEnvelope,
     AgentMessage,
@@ -38,10 +39,16 @@ AGENT_MESSAGE_ADAPTER: TypeAdapter[Any] = TypeAdapter(AgentMessage)
 COORDINATOR_MESSAGE_ADAPTER: TypeAdapter[Any] = TypeAdapter(CoordinatorMessage)
 
 
+DETAIL_MAX = 4096
+"""A refusal's detail is cut to this (it quotes the offending input)."""
+
+
 class ProtocolViolation(Exception):
     """A frame could not be accepted; ``error`` is the reply to send."""
 
     def __init__(self, code: ProtocolErrorCode, detail: str, seq: int | None = None) -> None:
+        detail = detail if len(detail) <= DETAIL_MAX else detail[: DETAIL_MAX - 1] + "…"
+        seq = seq if seq is not None and 0 <= seq <= INT64_MAX else None
         super().__init__(f"{code}: {detail}")
         self.error = ProtocolError(code=code, detail=detail, in_reply_to_seq=seq)
 
@@ -57,13 +64,13 @@ def coordinator_message_types() -> frozenset[str]:
 def _decode(raw: str | bytes, envelope: type[_E], known: frozenset[str], direction: str) -> _E:
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ProtocolViolation("malformed", f"frame is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ProtocolViolation("malformed", f"frame must be a JSON object, got {type(data).__name__}")
     seq = data.get("seq") if isinstance(data.get("seq"), int) else None
     version = data.get("protocol_version")
-    if version not in SUPPORTED_VERSIONS:
+    if not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
         raise ProtocolViolation(
             "version_mismatch",
             f"protocol_version {version!r} is not supported; supported: {sorted(SUPPORTED_VERSIONS)}",
@@ -71,7 +78,7 @@ def _decode(raw: str | bytes, envelope: type[_E], known: frozenset[str], directi
         )
     message = data.get("message")
     mtype = message.get("type") if isinstance(message, dict) else None
-    if mtype not in known:
+    if not isinstance(mtype, str) or mtype not in known:
         raise ProtocolViolation(
             "unknown_type",
             f"unknown {direction} message type {mtype!r}; expected one of {sorted(known)}",

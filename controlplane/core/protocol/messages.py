@@ -32,18 +32,52 @@ Authentication (not part of the frames): the agent opens the WebSocket with the 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
 
+# Bounds (what the coordinator's database columns can hold; a frame outside them is ``invalid``).
+INT32_MAX = 2**31 - 1
+"""PostgreSQL ``integer`` (epochs, ranks, device indexes)."""
+INT64_MAX = 2**63 - 1
+"""PostgreSQL ``bigint`` (iterations, byte counts, sequence numbers)."""
+FLOAT_MAX = 1e30
+"""Durations, ratios, FLOP counts: finite and below this."""
+MIN_MEDIAN_S = 1e-9
+"""A nonzero iteration time below this is not a measurement (rates derived from it would overflow)."""
+NAME_MAX = 100
+"""Node names, task ids (``Node.name`` is a slug of at most 100 characters)."""
+TEXT_MAX = 16_384
+"""Messages, details."""
+STACK_MAX = 262_144
+"""Tracebacks and stack dumps."""
+LIST_MAX = 65_536
+"""Workers, ranks, snapshots, devices per frame."""
+_NO_NUL = r"^[^\x00]*$"
+"""PostgreSQL text and JSON cannot hold NUL."""
+
+
+def _text(max_length: int, min_length: int = 0) -> Any:
+    return Field(min_length=min_length, max_length=max_length, pattern=_NO_NUL)
+
+
+Int32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Int64 = Annotated[int, Field(ge=0, le=INT64_MAX)]
+SignedInt32 = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]
+Seconds = Annotated[float, Field(ge=0, le=FLOAT_MAX)]
+Name = Annotated[str, _text(NAME_MAX)]
+Text = Annotated[str, _text(TEXT_MAX)]
+Stack = Annotated[str, _text(STACK_MAX)]
+
 
 class _Model(BaseModel):
-    """Base: unknown fields are errors (a typo must not pass silently), instances are immutable."""
+    """Base: unknown fields are errors (a typo must not pass silently), instances are immutable, and
+    floats are finite (``Infinity``/``NaN`` are refused: no column or JSON reader takes them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def utcnow() -> datetime:
@@ -69,10 +103,10 @@ Phase = Literal["train", "first", "checkpoint", "evaluation"]
 class DeviceInfo(_Model):
     """One device of the node: a GPU, or a CPU slot standing in for one."""
 
-    index: int = Field(ge=0)
+    index: Int32
     kind: DeviceKind
-    name: str
-    memory_bytes: int = Field(ge=0)
+    name: str = _text(255)
+    memory_bytes: Int64
 
 
 class ParallelConfig(_Model):
@@ -167,13 +201,13 @@ class FaultSpec(_Model):
 
 
 class WorkerStatus(_Model):
-    task_id: str
-    epoch: int
-    rank: int
-    device: int
-    pid: int | None
+    task_id: Name
+    epoch: Int32
+    rank: Int32
+    device: Int32
+    pid: Int32 | None
     state: Literal["init", "healthy", "unhealthy", "stopped", "succeeded", "failed"]
-    iteration: int | None = None
+    iteration: Int64 | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -184,12 +218,12 @@ class WorkerStatus(_Model):
 class SnapshotInfo(_Model):
     """An in-memory snapshot of a task's state that an agent holds (its own or a peer's replica)."""
 
-    task_id: str
-    epoch: int = Field(ge=0)
-    iteration: int = Field(ge=0)
-    ranks: list[int] = Field(description="ranks (of that epoch) whose shards it holds")
-    origin_node: str
-    nbytes: int = Field(ge=0)
+    task_id: Name
+    epoch: Int32
+    iteration: Int64
+    ranks: list[Int32] = Field(max_length=LIST_MAX, description="ranks (of that epoch) whose shards it holds")
+    origin_node: Name
+    nbytes: Int64
 
 
 _WARMING = "the agent's warm spare workers are still starting; a rank placed here now would start cold"
@@ -202,16 +236,25 @@ class Hello(_Model):
     """First frame of every connection: who the agent is and what it has."""
 
     type: Literal["hello"] = "hello"
-    agent_version: str
-    hostname: str
+    agent_version: str = _text(64)
+    hostname: str = _text(255)
     worker_kind: WorkerKind
-    devices: list[DeviceInfo]
-    workers: list[WorkerStatus] = Field(default_factory=list, description="still running (reconnect)")
-    task_epochs: dict[str, int] = Field(default_factory=dict, description="newest epoch seen per task")
-    snapshot_endpoint: str | None = Field(
-        default=None, description="host:port where this agent serves in-memory snapshots to peers"
+    devices: list[DeviceInfo] = Field(max_length=LIST_MAX)
+    workers: list[WorkerStatus] = Field(
+        default_factory=list, max_length=LIST_MAX, description="still running (reconnect)"
     )
-    snapshots: list[SnapshotInfo] = Field(default_factory=list, description="snapshots this agent holds")
+    task_epochs: dict[Name, Int32] = Field(
+        default_factory=dict, max_length=LIST_MAX, description="newest epoch seen per task"
+    )
+    snapshot_endpoint: str | None = Field(
+        default=None,
+        max_length=255,
+        pattern=_NO_NUL,
+        description="host:port where this agent serves in-memory snapshots to peers",
+    )
+    snapshots: list[SnapshotInfo] = Field(
+        default_factory=list, max_length=LIST_MAX, description="snapshots this agent holds"
+    )
     warming: bool = Field(default=False, description=_WARMING)
 
 
@@ -219,25 +262,27 @@ class Heartbeat(_Model):
     """Sent every second (node health monitoring)."""
 
     type: Literal["heartbeat"] = "heartbeat"
-    uptime_s: float = Field(ge=0)
-    workers: list[WorkerStatus] = Field(default_factory=list)
-    pending_reports: int = Field(default=0, ge=0, description="reports buffered, not yet delivered")
-    snapshots: list[SnapshotInfo] = Field(default_factory=list, description="snapshots this agent holds")
+    uptime_s: Seconds
+    workers: list[WorkerStatus] = Field(default_factory=list, max_length=LIST_MAX)
+    pending_reports: Int64 = Field(default=0, description="reports buffered, not yet delivered")
+    snapshots: list[SnapshotInfo] = Field(
+        default_factory=list, max_length=LIST_MAX, description="snapshots this agent holds"
+    )
     warming: bool = Field(default=False, description=_WARMING)
 
 
 class WorkerStarted(_Model):
     kind: Literal["started"] = "started"
-    pid: int
+    pid: Int32
 
 
 class WorkerExited(_Model):
     """Process supervision: the child is gone. ``exit_code`` is None when a signal killed it."""
 
     kind: Literal["exited"] = "exited"
-    exit_code: int | None
-    signal: int | None = None
-    signal_name: str | None = None
+    exit_code: SignedInt32 | None
+    signal: Int32 | None = None
+    signal_name: Name | None = None
     expected: bool = Field(description="True when the agent stopped it or it finished its iterations")
 
 
@@ -245,10 +290,10 @@ class WorkerException(_Model):
     """Exception propagation: caught by the hook in the worker and forwarded."""
 
     kind: Literal["exception"] = "exception"
-    exc_type: str
-    message: str
-    traceback: str
-    iteration: int | None = None
+    exc_type: str = _text(255)
+    message: Text
+    traceback: Stack
+    iteration: Int64 | None = None
     in_collective: bool = False
     waiting: bool = Field(
         default=False,
@@ -261,39 +306,49 @@ class IterationStats(_Model):
     """Per-rank iteration summary over a reporting interval (or one iteration)."""
 
     kind: Literal["iteration_stats"] = "iteration_stats"
-    first_iteration: int
-    last_iteration: int
-    iterations: int = Field(ge=0)
-    median_s: float = Field(ge=0)
-    max_s: float = Field(ge=0)
-    compute_median_s: float = Field(ge=0, description="time to finish the micro-batches, before sync")
-    micro_batches: int = Field(ge=0)
-    tokens: int = Field(ge=0)
-    model_flops: float = Field(ge=0)
-    loss: float | None = None
+    first_iteration: Int64
+    last_iteration: Int64
+    iterations: Int64
+    median_s: Seconds
+    max_s: Seconds
+    compute_median_s: Seconds = Field(description="time to finish the micro-batches, before sync")
+    micro_batches: Int64
+    tokens: Int64
+    model_flops: Seconds
+    loss: float | None = Field(default=None, ge=-FLOAT_MAX, le=FLOAT_MAX)
+
+    @model_validator(mode="after")
+    def _measured(self) -> Self:
+        # rates are tokens (or FLOPs) / iterations / median_s: a nonzero median below a nanosecond
+        # is no measurement and would overflow them to infinity
+        if 0 < self.median_s < MIN_MEDIAN_S:
+            raise ValueError(f"median_s {self.median_s} is below {MIN_MEDIAN_S} s (0 or a real measurement)")
+        if self.first_iteration > self.last_iteration:
+            raise ValueError("first_iteration is after last_iteration")
+        return self
 
 
 class HangVerdict(_Model):
     """Statistical monitoring: an iteration ran past the threshold. Stack captured before the kill."""
 
     kind: Literal["hang"] = "hang"
-    iteration: int
-    elapsed_s: float
-    threshold_s: float
-    median_iteration_s: float | None
+    iteration: Int64
+    elapsed_s: Seconds
+    threshold_s: Seconds
+    median_iteration_s: Seconds | None
     phase: Phase
-    stack: str
+    stack: Stack
 
 
 class StragglerVerdict(_Model):
     """Statistical monitoring: a rank persistently slower than its peers (or than its own history)."""
 
     kind: Literal["straggler"] = "straggler"
-    iteration: int
-    compute_s: float
-    peer_median_s: float
-    ratio: float
-    stack: str = ""
+    iteration: Int64
+    compute_s: Seconds
+    peer_median_s: Seconds
+    ratio: Seconds
+    stack: Stack = ""
 
 
 TransitionPhase = Literal["teardown", "rendezvous", "migrate", "recompute", "first_iteration"]
@@ -308,17 +363,17 @@ class TransitionReport(_Model):
     """
 
     kind: Literal["transition"] = "transition"
-    from_epoch: int | None = Field(description="None: the rank did not exist before (fresh start)")
-    iteration: int = Field(ge=0, description="first iteration completed in the new epoch")
+    from_epoch: Int32 | None = Field(description="None: the rank did not exist before (fresh start)")
+    iteration: Int64 = Field(description="first iteration completed in the new epoch")
     in_place: bool = Field(description="True: the process survived and rebuilt its groups")
     source: StateSourceKind
-    source_node: str | None = None
-    source_rank: int | None = None
-    bytes_moved: int = Field(default=0, ge=0)
-    phases_s: dict[TransitionPhase, float] = Field(default_factory=dict)
-    reused_micro_batches: int = Field(default=0, ge=0, description="partial results kept")
-    recomputed_micro_batches: int = Field(default=0, ge=0, description="lost work, in micro-batches")
-    rolled_back_iterations: int = Field(default=0, ge=0, description="iterations redone (checkpoint)")
+    source_node: Name | None = None
+    source_rank: Int32 | None = None
+    bytes_moved: Int64 = 0
+    phases_s: dict[TransitionPhase, Seconds] = Field(default_factory=dict)
+    reused_micro_batches: Int32 = Field(default=0, description="partial results kept")
+    recomputed_micro_batches: Int32 = Field(default=0, description="lost work, in micro-batches")
+    rolled_back_iterations: Int32 = Field(default=0, description="iterations redone (checkpoint)")
 
 
 WorkerEvent = Annotated[
@@ -337,11 +392,11 @@ class WorkerReport(_Model):
     """Evidence about one worker. Agents send evidence; the coordinator classifies (STYLE §7)."""
 
     type: Literal["worker_report"] = "worker_report"
-    report_id: str = Field(description="UUID chosen by the agent; re-sent reports keep it")
-    task_id: str
-    epoch: int = Field(ge=0)
-    rank: int = Field(ge=0)
-    device: int = Field(ge=0)
+    report_id: str = Field(max_length=64, description="UUID chosen by the agent; re-sent reports keep it")
+    task_id: Name
+    epoch: Int32
+    rank: Int32
+    device: Int32
     detector: Detector | None = Field(description="which in-band detector produced it; None: progress")
     occurred_at: datetime = Field(description="when it happened (worker clock when known)")
     detected_at: datetime = Field(description="when the detector noticed")
@@ -355,9 +410,9 @@ class Ack(_Model):
     """Answer to a command. ``accepted``: work began; ``done``: finished; the rest are refusals."""
 
     type: Literal["ack"] = "ack"
-    command_id: str
+    command_id: str = Field(max_length=64)
     outcome: AckOutcome
-    detail: str = ""
+    detail: Text = ""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -371,9 +426,17 @@ class _Command(_Model):
     epoch: int = Field(ge=0)
 
 
+SnapshotSecret = Annotated[str, Field(min_length=32, max_length=128, pattern=r"^[0-9a-f]+$")]
+_SECRET = (
+    "the task's snapshot-plane key (hex): every snapshot transfer of the task between agents carries an "
+    "HMAC made with it (agents.snapshots); None: the agent keeps the one it has"
+)
+
+
 class StartWorkersCommand(_Command):
     type: Literal["start_workers"] = "start_workers"
     launch: WorkerLaunch
+    snapshot_secret: SnapshotSecret | None = Field(default=None, description=_SECRET)
 
 
 class StopWorkersCommand(_Command):
@@ -400,6 +463,17 @@ class ReconfigureCommand(_Command):
     previous_epoch: int | None = None
     previous_parallel: ParallelConfig | None = None
     survivors: list[RankMapping] = Field(default_factory=list)
+    snapshot_secret: SnapshotSecret | None = Field(default=None, description=_SECRET)
+
+
+class SnapshotGrant(_Model):
+    """The snapshot key of a task this node runs no worker of but whose snapshots it keeps and serves: it
+    is the replica peer (``WorkerLaunch.snapshot_replica``) of a node that runs the task. Sent by the
+    coordinator on hello and when a launch names the node as a replica peer; not a command (no ack)."""
+
+    type: Literal["snapshot_grant"] = "snapshot_grant"
+    task_id: Name
+    secret: SnapshotSecret
 
 
 class RetryCommand(_Command):
@@ -436,6 +510,8 @@ ProtocolErrorCode = Literal[
     "unknown_type",  # message.type not known in this direction
     "invalid",  # fields fail validation
     "unauthorized",  # node in envelope does not match the token
+    "forbidden",  # the node speaks about a task, epoch or rank it does not run
+    "out_of_order",  # seq not above the previous frame's
 ]
 
 
@@ -444,8 +520,8 @@ class ProtocolError(_Model):
 
     type: Literal["protocol_error"] = "protocol_error"
     code: ProtocolErrorCode
-    detail: str
-    in_reply_to_seq: int | None = None
+    detail: Text
+    in_reply_to_seq: Int64 | None = None
     supported_versions: list[int] = Field(default_factory=lambda: sorted(SUPPORTED_VERSIONS))
 
 
@@ -457,6 +533,7 @@ CoordinatorMessage = Annotated[
     | RetryCommand
     | InjectFaultCommand
     | DrainCommand
+    | SnapshotGrant
     | ProtocolError,
     Field(discriminator="type"),
 ]
@@ -480,9 +557,9 @@ COMMAND_TYPES: tuple[type[_Model], ...] = (
 
 class _Envelope(_Model):
     protocol_version: int = PROTOCOL_VERSION
-    node: str = Field(min_length=1)
-    session: str = Field(min_length=1)
-    seq: int = Field(ge=0)
+    node: str = _text(NAME_MAX, min_length=1)
+    session: str = _text(64, min_length=1)
+    seq: Int64 = Field(description="strictly increasing per session: a lower or repeated one is refused")
     sent_at: datetime = Field(default_factory=utcnow)
 
 
