@@ -19,7 +19,7 @@ from agents.client import CoordinatorClient, Outbox
 from agents.commands import CommandRegistry
 from agents.inventory import discover_devices
 from agents.monitor import MonitorConfig
-from agents.snapshots import SnapshotStore
+from agents.snapshots import SnapshotStore, SnapshotTransferError
 from agents.supervisor import Supervisor
 from agents.training.elastic import TransitionSpec
 from controlplane.core.protocol import (
@@ -99,6 +99,10 @@ class AgentConfig:
     ``UNICRON_SPARE_ZYGOTE`` or on."""
 
 
+class SnapshotFetchFailed(RuntimeError):
+    """A ``memory_snapshot`` source could not be fetched from its peer (refused, unreachable, broken)."""
+
+
 class Agent:
     def __init__(self, cfg: AgentConfig, snapshots: SnapshotStore | None = None) -> None:
         """``snapshots``: the node's in-memory snapshot store (:mod:`agents.snapshots`), started by the
@@ -170,6 +174,10 @@ class Agent:
         )
 
     async def _on_message(self, env: CoordinatorEnvelope) -> None:
+        if env.message.type == "snapshot_grant":  # a key, not a command: nothing to ack
+            if self.snapshots is not None:
+                self.snapshots.set_secret(env.message.task_id, env.message.secret)
+            return
         # Commands run concurrently: a StopWorkers with a grace period must not block a later drill.
         task = asyncio.ensure_future(self._handle(env.message))
         self._tasks.add(task)
@@ -199,6 +207,7 @@ class Agent:
         bad = [ra.device for ra in cmd.launch.ranks if ra.device not in free]
         if bad:
             raise ValueError(f"device(s) {bad} do not exist on this node (has {sorted(free)})")
+        self._take_secret(cmd)
         group = await self.supervisor.start_group(self._spec(cmd.task_id, cmd.epoch, cmd.launch))
         return f"started ranks {sorted(group.workers)} of {cmd.task_id} epoch {cmd.epoch}"
 
@@ -219,6 +228,7 @@ class Agent:
         group = self.supervisor.groups.get(cmd.task_id)
         if group is not None and cmd.previous_epoch is not None and group.spec.epoch != cmd.previous_epoch:
             survivors = {}  # our workers are not of the epoch the coordinator moves from
+        self._take_secret(cmd)
         await self._fetch_snapshots(cmd)
         kept, fresh = await self.supervisor.reconfigure_group(
             self._spec(cmd.task_id, cmd.epoch, cmd.launch), survivors, tspec
@@ -240,7 +250,16 @@ class Agent:
             and s.source_node != self.cfg.node
         }
         for endpoint, iteration in sorted(wanted):
-            await self.snapshots.fetch(endpoint, cmd.task_id, iteration)
+            try:
+                await self.snapshots.fetch(endpoint, cmd.task_id, iteration, cmd.epoch)
+            except (SnapshotTransferError, OSError, TimeoutError) as e:
+                # the step fails; the coordinator blames the copy, not this node (planning.transitions)
+                raise SnapshotFetchFailed(f"snapshot fetch from {endpoint} failed: {e}") from e
+
+    def _take_secret(self, cmd: StartWorkersCommand | ReconfigureCommand) -> None:
+        """The task's snapshot key travels with its launch (``agents.snapshots`` authentication)."""
+        if self.snapshots is not None and cmd.snapshot_secret:
+            self.snapshots.set_secret(cmd.task_id, cmd.snapshot_secret)
 
     async def _retry(self, cmd: RetryCommand) -> str:
         """Retry in place (sev3): live ranks rebuild their groups at the new rendezvous and repeat
