@@ -42,6 +42,7 @@ from controlplane.apps.incidents.services import (
 )
 from controlplane.apps.planning.choices import PlanTrigger, TransitionKind, TransitionState
 from controlplane.apps.planning.models import Transition
+from controlplane.apps.planning.transitions import fail_transition
 from controlplane.apps.planning.triggers import request_failure_handling
 from controlplane.apps.planning.workload import (
     orchestration_lock,
@@ -171,8 +172,6 @@ def handle_failure(event_id: int, waited_s: float = 0.0) -> str:
             and running.kind != TransitionKind.SUSPEND
         ):
             # the task failed again while it was being recovered: escalate (§5.2)
-            from controlplane.apps.planning.transitions import fail_transition
-
             fail_transition(
                 running,
                 f"the task failed again during the {running.kind}: {primary.summary}",
@@ -465,3 +464,13 @@ def escalate_failed_transition(t: Transition, reason: str, node: Node | None) ->
         else None
     )
     return escalate(source, task, recovery_action_for(t.kind), reason, node)
+
+
+def on_transition_failed(
+    sender: object, transition: Transition, reason: str, node: Node | None, **_: object
+) -> None:
+    """Receiver of :data:`controlplane.apps.planning.signals.transition_failed`: escalate the failure and
+    handle the escalated event at once."""
+    new = escalate_failed_transition(transition, reason, node)
+    if new is not None:
+        request_failure_handling(new.pk, countdown=0.0)

@@ -38,6 +38,7 @@ from controlplane.apps.planning.choices import StepState, TransitionKind, Transi
 from controlplane.apps.planning.models import Transition, TransitionStep
 from controlplane.apps.planning.selectors import get_recent_iteration_s
 from controlplane.apps.planning.services import do_set_step_state, do_set_transition_state
+from controlplane.apps.planning.signals import transition_failed
 from controlplane.apps.planning.triggers import request_failure_handling, request_transition_advance
 from controlplane.apps.planning.workload import orchestration_lock
 from controlplane.apps.training.choices import TaskState
@@ -264,7 +265,8 @@ def _complete(t: Transition, steps: list[TransitionStep]) -> None:
 
 
 def fail_transition(t: Transition, reason: str, node: Node | None = None, *, escalate: bool = True) -> None:
-    """Mark ``t`` failed (its open steps and unacked commands too) and escalate (DESIGN §5.2)."""
+    """Mark ``t`` failed (its open steps and unacked commands too) and announce it for escalation
+    (:data:`~controlplane.apps.planning.signals.transition_failed`)."""
     now = timezone.now()
     TransitionStep.objects.filter(transition=t, state=StepState.RUNNING).update(
         state=StepState.FAILED, finished_at=now
@@ -277,11 +279,7 @@ def fail_transition(t: Transition, reason: str, node: Node | None = None, *, esc
     log.warning("transition %s of task %s failed: %s", t.pk, t.task_id, reason)
     if not escalate or t.kind == TransitionKind.SUSPEND:
         return
-    from controlplane.apps.incidents.handling import escalate_failed_transition
-
-    new = escalate_failed_transition(t, reason, node)
-    if new is not None:
-        request_failure_handling(new.pk, countdown=0.0)
+    transition_failed.send(sender=Transition, transition=t, reason=reason, node=node)
 
 
 # --------------------------------------------------------------------------------------------------
