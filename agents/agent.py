@@ -18,6 +18,7 @@ from agents.api import WorkerSpec
 from agents.client import CoordinatorClient, Outbox
 from agents.commands import CommandRegistry
 from agents.inventory import discover_devices
+from agents.metrics import AgentFigures, AgentMetrics, MetricsEndpoint, endpoint_from_env
 from agents.monitor import MonitorConfig
 from agents.snapshots import SnapshotStore, SnapshotTransferError
 from agents.supervisor import Supervisor
@@ -97,6 +98,9 @@ class AgentConfig:
     """Fork the spares from a zygote process (:mod:`agents.training.zygote`) that imported torch and
     Megatron-Core once, instead of starting each as a fresh process that imports them itself. Default:
     ``UNICRON_SPARE_ZYGOTE`` or on."""
+    metrics: MetricsEndpoint | None = field(default_factory=endpoint_from_env)
+    """Where to serve the agent's Prometheus metrics (:mod:`agents.metrics`); None: not served. Default:
+    ``UNICRON_AGENT_METRICS_PORT`` (0 or unset: off) on ``UNICRON_AGENT_METRICS_ADDR`` (127.0.0.1)."""
 
 
 class SnapshotFetchFailed(RuntimeError):
@@ -146,6 +150,10 @@ class Agent:
         )
         self.supervisor.on_warm = self.client.beat_now  # the coordinator waits for it: say it at once
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.metrics = AgentMetrics(cfg.node) if cfg.metrics is not None else None
+        if self.metrics is not None:
+            self.supervisor.on_hook_delay = self.metrics.observe_hook_delay
+            self.client.on_heartbeat = self.metrics.observe_heartbeat
 
     # ------------------------------------------------------------------ link
     def _emit(self, report: WorkerReport) -> None:
@@ -187,12 +195,38 @@ class Agent:
         ack = await self.commands.dispatch(cmd)
         self.outbox.put(ack)
 
+    def figures(self) -> AgentFigures:
+        """The agent's state for its metrics (read in the event loop)."""
+        snapshots = self.snapshots.infos() if self.snapshots is not None else []
+        workers = [w for g in self.supervisor.groups.values() for w in g.workers.values()]
+        spares = list(self.supervisor.spares.values())
+        return AgentFigures(
+            spares_ready=sum(1 for sp in spares if sp.ready),
+            spares=len(spares),
+            workers_running=sum(
+                1 for w in workers if w.exit is None and (w.pid is not None or w.sim is not None)
+            ),
+            snapshots=len(snapshots),
+            snapshot_bytes=sum(s.nbytes for s in snapshots),
+            outbox_messages=len(self.outbox),
+            link_connected=self.client.connected.is_set(),
+        )
+
     async def run(self) -> None:
+        sampler: asyncio.Task[None] | None = None
+        if self.metrics is not None and self.cfg.metrics is not None:
+            self.metrics.serve(self.cfg.metrics)
+            log.info("metrics on http://%s:%d/metrics", self.cfg.metrics.host, self.cfg.metrics.port)
+            sampler = asyncio.ensure_future(self.metrics.sample_every(self.figures))
         await self.supervisor.start()
         try:
             await self.client.run()
         finally:
             await self.supervisor.close()
+            if sampler is not None:
+                sampler.cancel()
+            if self.metrics is not None:
+                self.metrics.close()
 
     # ------------------------------------------------------------------ handlers
     def _spec(self, task_id: str, epoch: int, launch: Any) -> WorkerSpec:
