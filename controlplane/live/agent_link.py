@@ -64,6 +64,12 @@ from controlplane.apps.fleet.authority import (
 )
 from controlplane.apps.fleet.choices import DEVICE_MACHINE, CommandState, CommandType, DeviceState, NodeState
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
+from controlplane.apps.fleet.outbox import (
+    AGENT_SUPERSEDED_EVENT,
+    UndeliverableCommand,
+    agent_group,
+    command_message,
+)
 from controlplane.apps.fleet.selectors import get_node_for_token, list_pending_commands
 from controlplane.apps.fleet.services import (
     do_ack_command,
@@ -105,12 +111,6 @@ from controlplane.core.protocol import (
     WorkerReport,
     decode_agent_frame,
     encode,
-)
-from controlplane.live.commands import (
-    AGENT_SUPERSEDED_EVENT,
-    UndeliverableCommand,
-    agent_group,
-    command_message,
 )
 
 log = logging.getLogger(__name__)

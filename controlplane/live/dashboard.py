@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from controlplane.apps.accounts.roles import Role, has_role
-from controlplane.live.broadcast import DASHBOARD_GROUP
+from controlplane.apps.common.broadcast import DASHBOARD_GROUP
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403

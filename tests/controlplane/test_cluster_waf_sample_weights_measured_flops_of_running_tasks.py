@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from controlplane.apps.common import broadcast
 from controlplane.apps.metrics.models import MetricSample
 from controlplane.apps.metrics.selectors import WAF_WINDOW_S
 from controlplane.apps.metrics.tasks import sample_cluster_waf_now
 from controlplane.apps.training.models import TrainingTask
-from controlplane.live import broadcast
 from tests.controlplane.factories import NodeFactory, TaskFactory
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

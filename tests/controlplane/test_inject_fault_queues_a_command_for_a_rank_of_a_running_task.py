@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 
 from controlplane.apps.accounts.models import AuditEntry
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
+from controlplane.apps.fleet.outbox import command_message
 from controlplane.apps.training.models import Allocation, TrainingTask
-from controlplane.live.commands import command_message
 from tests.controlplane.factories import NodeFactory, TaskFactory
 
 

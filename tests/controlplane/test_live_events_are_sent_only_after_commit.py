@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from django.db import transaction
 
+from controlplane.apps.common import broadcast
 from controlplane.apps.training.models import TrainingTask
 from controlplane.apps.training.services import do_change_weight
-from controlplane.live import broadcast
 from tests.controlplane.factories import TaskFactory
 
 

@@ -15,9 +15,9 @@ from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from controlplane.apps.fleet.models import AgentCommand
+from controlplane.apps.fleet.outbox import AGENT_COMMAND_EVENT, agent_group
 from controlplane.apps.fleet.services import do_enqueue_command
 from controlplane.apps.planning.transitions import check_transitions
-from controlplane.live.commands import AGENT_COMMAND_EVENT, agent_group
 from tests.controlplane.factories import NodeFactory
 
 CaptureOnCommit = Callable[..., AbstractContextManager[list[Callable[[], None]]]]

@@ -11,6 +11,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlplane.apps.accounts.services import Actor, do_record_audit
+from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.cas import swap_state
 from controlplane.apps.common.errors import Conflict, InvalidInput, StaleState
 from controlplane.apps.fleet.choices import (
@@ -23,13 +24,12 @@ from controlplane.apps.fleet.choices import (
     NodeState,
 )
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
+from controlplane.apps.fleet.outbox import notify_agent_on_commit
 from controlplane.apps.fleet.tokens import hash_node_token, new_node_token
 from controlplane.apps.planning.triggers import request_replan
 from controlplane.apps.training.choices import TaskState
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.core.protocol import FaultKind, FaultSpec
-from controlplane.live.broadcast import send_event_on_commit
-from controlplane.live.commands import notify_agent_on_commit
 
 
 @dataclass(frozen=True)

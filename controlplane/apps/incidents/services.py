@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.apps.accounts.services import Actor, acting_user, do_record_audit
+from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.cas import swap_state
 from controlplane.apps.common.errors import Conflict
 from controlplane.apps.fleet.models import Device, Node
@@ -18,7 +19,6 @@ from controlplane.apps.incidents.choices import ALERT_MACHINE, Action, AlertStat
 from controlplane.apps.incidents.models import Alert, FailureEvent
 from controlplane.apps.notifications.services import do_notify_alert_raised, do_notify_alert_resolved
 from controlplane.apps.training.models import TrainingTask
-from controlplane.live.broadcast import send_event_on_commit
 
 
 @dataclass(frozen=True)

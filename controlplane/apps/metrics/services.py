@@ -9,10 +9,10 @@ from datetime import datetime
 
 from django.db import transaction
 
+from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.errors import InvalidInput
 from controlplane.apps.metrics.choices import CLUSTER_KINDS, MetricKind
 from controlplane.apps.metrics.models import MetricSample
-from controlplane.live.broadcast import send_event_on_commit
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.incidents.models import Alert
 from controlplane.apps.notifications.choices import (
     DELIVERY_MACHINE,
@@ -38,7 +39,6 @@ from controlplane.apps.notifications.selectors import (
     list_stale_claims,
 )
 from controlplane.apps.notifications.senders import SendResult, send_apprise, send_webhook
-from controlplane.live.broadcast import send_event_on_commit
 
 log = logging.getLogger(__name__)
 

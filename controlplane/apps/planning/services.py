@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.cas import swap_state
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.choices import (
@@ -20,7 +21,6 @@ from controlplane.apps.planning.choices import (
 )
 from controlplane.apps.planning.models import Plan, Transition, TransitionStep
 from controlplane.apps.training.models import TrainingTask
-from controlplane.live.broadcast import send_event_on_commit
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from controlplane.apps.fleet.authority import trusted_snapshot_holders
 from controlplane.apps.fleet.choices import CommandType, NodeState
+from controlplane.apps.fleet.outbox import notify_agent_on_commit
 from controlplane.apps.fleet.services import do_enqueue_command, do_fail_stale_commands
 from controlplane.apps.incidents.choices import Severity
 from controlplane.apps.incidents.models import FailureEvent
@@ -82,7 +83,6 @@ from controlplane.core.protocol import (
 from controlplane.core.transitions.deadlines import step_deadline_s
 from controlplane.core.transitions.migration import LiveShard, NewRank, SnapshotCopy, choose_state_sources
 from controlplane.core.transitions.snapshots import complete_snapshot_copies
-from controlplane.live.commands import notify_agent_on_commit
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.apps.accounts.services import Actor, acting_user, do_record_audit
+from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.cas import swap_state
 from controlplane.apps.common.errors import InvalidInput
 from controlplane.apps.fleet.choices import NodeState
@@ -31,7 +32,6 @@ from controlplane.core.planning import DEVICE_KINDS
 from controlplane.core.sim.api import SimulationRequest, simulate
 from controlplane.core.sim.model import ClusterSpec, GPTModel, SimTask
 from controlplane.core.sim.trace import NAMED_TRACES
-from controlplane.live.broadcast import send_event_on_commit
 
 RUN_SIMULATION = "simulations.run_simulation"
 """The Celery task that runs a requested simulation (:mod:`controlplane.apps.simulations.tasks`)."""

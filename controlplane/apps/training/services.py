@@ -10,6 +10,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlplane.apps.accounts.services import Actor, acting_user, do_record_audit
+from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.cas import swap_state
 from controlplane.apps.common.errors import AllocationConflict, Conflict, InvalidInput
 from controlplane.apps.fleet.choices import CommandType
@@ -25,7 +26,6 @@ from controlplane.apps.training.choices import (
 from controlplane.apps.training.fit import TaskShape, fit_errors, summarize_kinds
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.core.planning import GPTSpec
-from controlplane.live.broadcast import send_event_on_commit
 
 
 @dataclass(frozen=True)
