@@ -235,6 +235,15 @@ class UnicronClient:
             return str(cookie)
         raise ApiError(f"{self.server}/login/ has no login form: is it the control plane's address?", 404)
 
+    def list_my_tokens(self) -> list[JSON]:
+        """The calling user's API tokens (prefix, created, expires, last used; never the key)."""
+        return cast(list[JSON], self.request("GET", "me/token/"))
+
+    def rotate_my_token(self) -> JSON:
+        """A new API token for the calling user (``{token, prefix, expires_at}``); the one this client
+        authenticates with stops working."""
+        return cast(JSON, self.request("POST", "me/token/"))
+
     # ------------------------------------------------------------------ tasks
     def list_tasks(
         self,

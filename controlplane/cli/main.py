@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from controlplane.cli.client import DEFAULT_TIMEOUT_S, ApiError, ExitCode
-from controlplane.cli.commands import account, alerts, nodes, tasks, transitions
+from controlplane.cli.commands import account, alerts, nodes, tasks, token, transitions
 from controlplane.cli.common import CliProblem, global_options
 from controlplane.cli.config import SERVER_ENV, TOKEN_ENV
 from controlplane.cli.render import stderr
@@ -61,6 +61,7 @@ app.add_typer(tasks.app, name="tasks")
 app.add_typer(nodes.app, name="nodes")
 app.add_typer(alerts.app, name="alerts")
 app.add_typer(transitions.app, name="transitions")
+app.add_typer(token.app, name="token")
 
 
 def _fail(message: str, code: ExitCode) -> None:
