@@ -39,75 +39,49 @@ reconnects and re-sends what it buffered; nothing is acknowledged that was not s
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Any, cast
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.db import DataError, transaction
-from django.utils import timezone
+from django.db import DataError
 
-from controlplane.apps.accounts.services import do_record_audit
-from controlplane.apps.common.errors import StaleState
 from controlplane.apps.fleet.authority import (
     Refusal,
     check_snapshot_adverts,
     check_worker_report,
     do_record_refusal,
     list_snapshot_keys,
-    task_pk,
 )
-from controlplane.apps.fleet.choices import DEVICE_MACHINE, CommandState, CommandType, DeviceState, NodeState
-from controlplane.apps.fleet.models import AgentCommand, Device, Node
+from controlplane.apps.fleet.choices import NodeState
+from controlplane.apps.fleet.delivery import fail_undeliverable, mark_sent, pending_commands, record_ack
+from controlplane.apps.fleet.liveness import apply_hello, mark_link_closed, record_impersonation, revive_node
+from controlplane.apps.fleet.models import Node
 from controlplane.apps.fleet.outbox import (
     AGENT_SUPERSEDED_EVENT,
     UndeliverableCommand,
     agent_group,
     command_message,
 )
-from controlplane.apps.fleet.selectors import get_node_for_token, list_pending_commands
-from controlplane.apps.fleet.services import (
-    do_ack_command,
-    do_count_device_error,
-    do_enqueue_command,
-    do_mark_command_sent,
-    do_record_agent_heartbeat,
-    do_record_snapshots,
-    do_requeue_unacked_commands,
-    do_set_device_state,
-    do_set_node_state,
-)
-from controlplane.apps.incidents import choices as incident_choices
-from controlplane.apps.incidents.models import FailureEvent
-from controlplane.apps.incidents.selectors import caused_by_drill, drills_sent
-from controlplane.apps.incidents.services import FailureReport, do_raise_alert, do_record_failure_event
-from controlplane.apps.metrics.choices import MetricKind
-from controlplane.apps.metrics.services import Sample, do_record_samples
-from controlplane.apps.planning.transitions import do_record_rank_resumed, on_command_settled
-from controlplane.apps.planning.triggers import request_failure_handling, request_replan
-from controlplane.apps.training.choices import TERMINAL_TASK_STATES
-from controlplane.apps.training.models import Allocation, TrainingTask
-from controlplane.apps.training.services import do_mark_rank_finished, do_record_progress
-from controlplane.core import failures
-from controlplane.core.planning import DEVICE_KINDS
+from controlplane.apps.fleet.selectors import get_node_for_token
+from controlplane.apps.fleet.services import do_record_agent_heartbeat, do_record_snapshots
+from controlplane.apps.incidents.reports import record_failure_report
+from controlplane.apps.metrics.ingest import record_iteration_stats
+from controlplane.apps.planning.progress import record_expected_exit, record_transition_report
+from controlplane.apps.planning.transitions import on_command_settled
 from controlplane.core.protocol import (
     COORDINATOR_NODE,
     Ack,
     AgentEnvelope,
     CoordinatorEnvelope,
-    DeviceInfo,
     Heartbeat,
     Hello,
-    IterationStats,
     ProtocolError,
     ProtocolViolation,
     SnapshotGrant,
-    TransitionReport,
     WorkerReport,
     decode_agent_frame,
     encode,
@@ -133,477 +107,18 @@ def _bearer_token(scope: dict[str, Any]) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------------------------------
-# Synchronous handlers: each one is a short transaction through the services.
-# --------------------------------------------------------------------------------------------------
-
-
-def device_kind_key(info: DeviceInfo) -> str:
-    """The planner's device-kind key (``core.planning.DEVICE_KINDS``) for a reported device, or a slug of
-    the reported name when the kind is not known to the planner."""
-    if info.kind == "cpu":
-        return "cpu-slot"
-    name = info.name.lower()
-    gib = info.memory_bytes / 2**30
-    for family in ("h200", "h100", "a100"):
-        if family in name:
-            if family == "h200":
-                return "h200"
-            return f"{family}-{'40g' if family == 'a100' and gib < 60 else '80g'}"
-    return re.sub(r"[^a-z0-9]+", "-", name).strip("-")[:64] or "unknown"
-
-
-def _device_memory(info: DeviceInfo, kind: str) -> int:
-    known = DEVICE_KINDS.get(kind)
-    if info.memory_bytes == 0 and known is not None:  # CPU slots report no memory of their own
-        return int(known.memory_bytes)
-    return info.memory_bytes
-
-
-@transaction.atomic
-def apply_hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal]]:
-    """Inventory upsert, node → healthy, unacked commands back to pending. Returns the node state and
-    the snapshot adverts refused (``fleet.authority``: not recorded)."""
-    node = Node.objects.select_for_update().get(pk=node_id)
-    existing = {d.index: d for d in Device.objects.filter(node=node)}
-    reported = set()
-    for info in hello.devices:
-        reported.add(info.index)
-        kind = device_kind_key(info)
-        memory = _device_memory(info, kind)
-        device = existing.get(info.index)
-        if device is None:
-            Device.objects.create(node=node, index=info.index, kind=kind, memory_bytes=memory)
-        elif (device.kind, device.memory_bytes) != (kind, memory):
-            Device.objects.filter(pk=device.pk).update(kind=kind, memory_bytes=memory)
-    for index, device in existing.items():  # gone from the inventory: the device failed
-        if index not in reported and DEVICE_MACHINE.can(device.state, DeviceState.FAILED):
-            do_set_device_state(device, DeviceState.FAILED)
-    Node.objects.filter(pk=node.pk).update(
-        agent_version=hello.agent_version,
-        last_heartbeat_at=timezone.now(),
-        address=node.address or hello.hostname[:255],
-    )
-    do_record_snapshots(node.pk, [], hello.snapshot_endpoint or "")
-    allowed, refused = check_snapshot_adverts(node.pk, hello.snapshots)
-    do_record_snapshots(node.pk, [s.model_dump(mode="json") for s in allowed])
-    node = _bring_back(node, "agent said hello", warming=hello.warming)
-    do_requeue_unacked_commands(node)
-    _report_missing_workers(node, hello)
-    _stop_stray_workers(node, hello)
-    return node.state, refused
-
-
-_LIVE_WORKER_STATES = ("init", "healthy", "unhealthy")
-
-
-def _stop_stray_workers(node: Node, hello: Hello) -> None:
-    """Workers the hello lists for a task that no longer runs on this node (it moved while the node was
-    cut off, or it ended) are stopped: left alone they would train a second copy of the task and
-    write its checkpoints. A task still allocated here is left to its transitions."""
-    listed = {w.task_id for w in hello.workers if w.state in _LIVE_WORKER_STATES}
-    for task_id in sorted(listed):
-        pk = _task_pk(task_id)
-        task = TrainingTask.objects.filter(pk=pk).first() if pk is not None else None
-        if task is None:
-            continue  # not ours to name in a command (no task row, no epoch)
-        if (
-            task.state not in TERMINAL_TASK_STATES
-            and task.allocations.filter(active=True, device__node=node).exists()
-        ):
-            continue
-        if AgentCommand.objects.filter(
-            node=node,
-            task=task,
-            type=CommandType.STOP_WORKERS,
-            state__in=[CommandState.PENDING, CommandState.SENT],
-        ).exists():
-            continue
-        log.warning("node %s still runs task %s, which no longer runs there: stopping it", node.name, task.pk)
-        do_enqueue_command(
-            node, CommandType.STOP_WORKERS, {"task": task.pk, "grace_s": 5.0}, task.pk, task.epoch
-        )
-
-
-_MISSING_NS = uuid.UUID("3b0f6f3e-5f0e-4d7e-9d55-1c2a4b8e7f21")
-
-
-def _report_missing_workers(node: Node, hello: Hello) -> None:
-    """An agent that restarted (a new process) lost its workers — and the reports it had not sent. A
-    rank the node should run at its task's current epoch (that epoch's transition completed, so it
-    was running) but that the hello does not list becomes a failure event, as process supervision
-    would have reported it."""
-    listed = {(w.task_id, w.epoch, w.rank) for w in hello.workers}
-    allocations = Allocation.objects.filter(
-        active=True, device__node=node, task__state__in=["running", "reconfiguring"]
-    ).select_related("task", "device")
-    for a in allocations:
-        task = a.task
-        if a.epoch != task.epoch or (str(task.pk), task.epoch, a.rank) in listed:
-            continue
-        if task.transitions.filter(epoch=task.epoch).exclude(state="completed").exists():
-            continue  # still being started: its commands may not have reached this agent yet
-        evidence = failures.Evidence(
-            detector=failures.DetectorKind.PROCESS_EXIT,
-            node=node.name,
-            device=a.device.index,
-            task_id=str(task.pk),
-            message="worker not running after the agent reconnected (agent restart)",
-            occurred_at=timezone.now().timestamp(),
-        )
-        c = failures.classify(evidence)
-        report_id = uuid.uuid5(_MISSING_NS, f"{task.pk}:{task.epoch}:{a.rank}:{hello.hostname}:{node.pk}")
-        stored, created = do_record_failure_event(
-            FailureReport(
-                detector=incident_choices.Detector.PROCESS_SUPERVISION,
-                kind="worker_missing",
-                severity=incident_choices.Severity(c.severity.value),
-                occurred_at=timezone.now(),
-                action=ACTION_FOR[c.action],
-                summary=f"rank {a.rank} missing after the agent of {node.name} reconnected: {c.reason}",
-                evidence={
-                    "report": {"rank": a.rank, "event": {"kind": "missing"}},
-                    "core": _evidence_json(evidence),
-                    "classification": _classification_json(c),
-                },
-                report_id=report_id,
-                node=node,
-                device=a.device,
-                task=task,
-            )
-        )
-        if created:
-            FailureEvent.objects.filter(pk=stored.pk).update(task_epoch=task.epoch)
-            request_failure_handling(stored.pk)
-
-
-def _bring_back(node: Node, reason: str, warming: bool = False) -> Node:
-    """A node that shows signs of life: lost → joining → healthy, joining/suspect → healthy. Isolated and
-    draining nodes stay where the operator put them.
-
-    ``warming``: the agent's warm spares are still starting, so a rank placed there now would start
-    cold; a lost or joining node then stops at ``joining`` (no new ranks, no ``node_joined`` re-plan)
-    until a heartbeat says the agent is warm (the agent bounds warming, ``agents.supervisor.
-    WARMING_MAX_S``). A suspect node keeps its workers and its agent: healthy at once."""
-    if node.state == NodeState.LOST:
-        node = do_set_node_state(node, NodeState.JOINING, reason)
-    if node.state == NodeState.JOINING and warming:
-        log.info("node %s stays joining: its agent is warming (%s)", node.name, reason)
-        return node
-    if node.state in (NodeState.JOINING, NodeState.SUSPECT):
-        node = do_set_node_state(node, NodeState.HEALTHY, reason)
-        request_replan("node_joined")  # capacity came back: tasks may grow (a no-op plan otherwise)
-    return node
-
-
-@transaction.atomic
-def revive_node(node_id: int, warming: bool = False) -> str:
-    """A heartbeat arrived from a node that is not healthy (the watchdog thought it silent, or it is
-    joining and its agent just became warm)."""
-    node = Node.objects.select_for_update().get(pk=node_id)
-    return _bring_back(
-        node, "agent warm" if node.state == NodeState.JOINING else "heartbeat resumed", warming
-    ).state
-
-
-@transaction.atomic
-def mark_link_closed(node_id: int, code: int | None) -> str | None:
-    """Socket closed: a healthy node becomes suspect at once (DESIGN §5.1 socket state)."""
-    node = Node.objects.select_for_update().filter(pk=node_id).first()
-    if node is None:
-        return None
-    if node.state == NodeState.HEALTHY:
-        node = do_set_node_state(node, NodeState.SUSPECT, f"agent link closed (code {code})")
-    return node.state
-
-
-@transaction.atomic
-def record_impersonation(node_id: int, claimed: str, seq: int) -> None:
-    node = Node.objects.get(pk=node_id)
-    do_record_audit(None, "agent_impersonation_refused", node, after={"claimed_node": claimed, "seq": seq})
-
-
-# --- worker reports ---------------------------------------------------------------------------------
-
-_CORE_DETECTOR = {
-    "exited": failures.DetectorKind.PROCESS_EXIT,
-    "exception": failures.DetectorKind.EXCEPTION,
-    "hang": failures.DetectorKind.HANG,
-    "straggler": failures.DetectorKind.STRAGGLER,
-}
-_WIRE_DETECTOR = {
-    "exited": "process_supervision",
-    "exception": "exception_propagation",
-    "hang": "statistical_monitoring",
-    "straggler": "statistical_monitoring",
-}
-ACTION_FOR = {
-    failures.Action.RETRY_IN_PLACE: incident_choices.Action.RETRY_IN_PLACE,
-    failures.Action.RESTART_PROCESS: incident_choices.Action.RESTART_PROCESSES,
-    failures.Action.ISOLATE_AND_RECONFIGURE: incident_choices.Action.ISOLATE_AND_REPLAN,
-}
-_POLICY = failures.EscalationPolicy()
-_HISTORY_LIMIT = 100
-
-
-_task_pk = task_pk
-
-
-def _evidence_of(node_name: str, report: WorkerReport) -> failures.Evidence:
-    event = report.event
-    fields: dict[str, Any] = {}
-    if event.kind == "exited":
-        fields = {"exit_code": event.exit_code, "signal": event.signal, "message": event.signal_name or ""}
-    elif event.kind == "exception":
-        fields = {"exception_type": event.exc_type, "message": event.message}
-    elif event.kind == "hang":
-        fields = {
-            "message": f"iteration {event.iteration} ran {event.elapsed_s:.2f}s > {event.threshold_s:.2f}s"
-        }
-    elif event.kind == "straggler":
-        fields = {"message": f"rank {report.rank} compute {event.ratio:.2f}x its peers"}
-    return failures.Evidence(
-        detector=_CORE_DETECTOR[event.kind],
-        node=node_name,
-        device=report.device,
-        task_id=report.task_id,
-        occurred_at=report.occurred_at.timestamp(),
-        **fields,
-    )
-
-
-def _evidence_json(ev: failures.Evidence) -> dict[str, Any]:
-    return {
-        "detector": str(ev.detector),
-        "exit_code": ev.exit_code,
-        "signal": ev.signal,
-        "exception_type": ev.exception_type,
-        "message": ev.message,
-        "node": ev.node,
-        "device": ev.device,
-        "task_id": ev.task_id,
-        "occurred_at": ev.occurred_at,
-    }
-
-
-def _classification_json(c: failures.Classification) -> dict[str, Any]:
-    return {
-        "severity": str(c.severity),
-        "action": str(c.action),
-        "category": str(c.category),
-        "rule": c.rule,
-        "reason": c.reason,
-        "escalated_from": str(c.escalated_from) if c.escalated_from else None,
-    }
-
-
-def _history(node: Node, before: float) -> list[failures.FailureRecord]:
-    """This node's recent classified events (those stored by the agent link carry their core evidence
-    and classification), oldest first, for the escalation policy."""
-    since = timezone.now() - timedelta(seconds=_POLICY.recurrence_window_s)
-    rows = FailureEvent.objects.filter(node=node, occurred_at__gte=since).order_by("-occurred_at")[
-        :_HISTORY_LIMIT
-    ]
-    drills = drills_sent(node.pk, since)
-    records = []
-    for row in rows:
-        if caused_by_drill(row.occurred_at, drills):
-            continue  # a fault drill's failures do not make the node's next ones worse
-        core, cls = row.evidence.get("core"), row.evidence.get("classification")
-        if not isinstance(core, dict) or not isinstance(cls, dict):
-            continue
-        try:
-            records.append(
-                failures.FailureRecord(
-                    failures.Evidence(**core),
-                    failures.Classification(
-                        severity=failures.Severity(cls["severity"]),
-                        action=failures.Action(cls["action"]),
-                        category=failures.Category(cls["category"]),
-                        rule=cls["rule"],
-                        reason=cls["reason"],
-                        escalated_from=failures.Severity(cls["escalated_from"])
-                        if cls.get("escalated_from")
-                        else None,
-                    ),
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            continue
-    return [r for r in reversed(records) if r.evidence.occurred_at <= before]
-
-
-@transaction.atomic
-def record_worker_report(node_id: int, report: WorkerReport) -> str:
-    """Persist one worker report; returns what happened (for the log)."""
+def report_handler(report: WorkerReport) -> Callable[[int, WorkerReport], str]:
+    """The service that persists ``report`` (each one short transaction; returns what happened)."""
     event = report.event
     if event.kind == "iteration_stats":
-        return _record_iteration_stats(report, event)
+        return record_iteration_stats
     if event.kind == "transition":
-        return _record_transition_report(report, event)
+        return record_transition_report
     if event.kind == "exited" and event.expected:
-        return _record_expected_exit(node_id, report, event)
+        return record_expected_exit
     if event.kind == "started":
-        return f"{event.kind}: no failure"
-    report_id = uuid.UUID(report.report_id)
-    if FailureEvent.objects.filter(report_id=report_id).exists():
-        return "duplicate report"
-    node = Node.objects.get(pk=node_id)
-    evidence = _evidence_of(node.name, report)
-    c = failures.classify(evidence, _history(node, evidence.occurred_at), _POLICY)
-    device = Device.objects.filter(node=node, index=report.device).first()
-    task_pk = _task_pk(report.task_id)
-    task = TrainingTask.objects.filter(pk=task_pk).first() if task_pk is not None else None
-    stored, created = do_record_failure_event(
-        FailureReport(
-            detector=incident_choices.Detector(report.detector or _WIRE_DETECTOR[event.kind]),
-            kind=c.rule.replace("-", "_"),
-            severity=incident_choices.Severity(c.severity.value),
-            occurred_at=report.occurred_at,
-            action=ACTION_FOR[c.action],
-            summary=c.reason,
-            evidence={
-                "report": report.model_dump(mode="json"),
-                "core": _evidence_json(evidence),
-                "classification": _classification_json(c),
-            },
-            report_id=report_id,
-            node=node,
-            device=device,
-            task=task,
-        )
-    )
-    if not created:
-        return "duplicate report"
-    FailureEvent.objects.filter(pk=stored.pk).update(task_epoch=report.epoch)
-    current = task is not None and report.epoch == task.epoch
-    if current or task is None:
-        request_failure_handling(stored.pk)
-    else:  # fencing: evidence from an older epoch never triggers an action
-        now = timezone.now()
-        FailureEvent.objects.filter(pk=stored.pk).update(handled_at=now, resolved_at=now)
-    if device is not None:
-        do_count_device_error(device, c.severity.value)
-    if c.severity is failures.Severity.SEV1:
-        do_raise_alert(
-            incident_choices.Severity.SEV1,
-            f"{node.name}/{report.device}: {c.reason}",
-            source_event=stored,
-            node=node,
-        )
-    return f"failure event {stored.pk} {c.severity} {c.rule}"
-
-
-def _current_task(report: WorkerReport) -> TrainingTask | None:
-    """The report's task when the report belongs to its current epoch (fencing), else None."""
-    task_pk = _task_pk(report.task_id)
-    if task_pk is None:
-        return None
-    return TrainingTask.objects.filter(pk=task_pk, epoch=report.epoch).first()
-
-
-def _record_transition_report(report: WorkerReport, event: TransitionReport) -> str:
-    task = _current_task(report)
-    if task is None:
-        return "transition report: stale epoch or unknown task"
-    do_record_rank_resumed(
-        task.pk, report.epoch, report.rank, event.iteration, event.iteration, event.model_dump(mode="json")
-    )
-    do_record_progress(task, event.iteration)
-    return f"transition report of rank {report.rank} (source {event.source})"
-
-
-def _record_expected_exit(node_id: int, report: WorkerReport, event: Any) -> str:
-    """A rank exited on purpose. Exit code 0 at the current epoch on a healthy node means it finished its
-    iterations; when every rank has, the task is completed (and the workload manager re-plans)."""
-    task = _current_task(report)
-    finished = event.exit_code == 0 and event.signal is None
-    if task is None or not finished:
-        return "exited: expected"
-    if not Node.objects.filter(pk=node_id, state=NodeState.HEALTHY).exists():
-        return "exited: expected (node not healthy: not counted as finished)"
-    completed = do_mark_rank_finished(task, report.epoch, report.rank)
-    return f"exited: rank {report.rank} finished{'; task completed' if completed else ''}"
-
-
-def _record_iteration_stats(report: WorkerReport, stats: IterationStats) -> str:
-    """Every rank's progress at the current epoch advances the task and its transition's resume step.
-    Rank 0's interval summary becomes the task's samples. Iteration time is the same on every rank
-    (the step ends with a collective); tokens and model FLOPs are the rank's share of the global batch
-    (the worker splits it evenly), so the task's rates are the share times the number of active ranks."""
-    task = _current_task(report)
-    if task is not None and stats.iterations > 0:
-        # lock order as in the orchestrator (transition step, then task row): no deadlock with it
-        first, last = stats.first_iteration, stats.last_iteration
-        do_record_rank_resumed(task.pk, report.epoch, report.rank, first, last)
-        do_record_progress(task, stats.last_iteration)
-    task_pk = _task_pk(report.task_id)
-    if report.rank != 0 or task_pk is None or stats.iterations == 0 or stats.median_s <= 0:
-        return "iteration stats: not recorded (not rank 0 or empty)"
-    if not TrainingTask.objects.filter(pk=task_pk).exists():
-        return f"iteration stats: unknown task {report.task_id!r}"
-    ranks = Allocation.objects.filter(task_id=task_pk, active=True).count() or 1
-    per_iteration_s = stats.median_s
-    at = report.detected_at
-    samples = [Sample(MetricKind.ITERATION_TIME, per_iteration_s, at, task_pk, stats.last_iteration)]
-    samples.append(
-        Sample(
-            MetricKind.TOKENS_PER_S,
-            stats.tokens / stats.iterations / per_iteration_s * ranks,
-            at,
-            task_pk,
-            stats.last_iteration,
-        )
-    )
-    samples.append(
-        Sample(
-            MetricKind.ACHIEVED_FLOPS,
-            stats.model_flops / stats.iterations / per_iteration_s * ranks,
-            at,
-            task_pk,
-            stats.last_iteration,
-        )
-    )
-    return f"iteration stats: {do_record_samples(samples)} samples"
-
-
-# --- acks and the outbox ---------------------------------------------------------------------------
-
-_OK_OUTCOMES = frozenset({"accepted", "done", "duplicate"})
-
-
-@transaction.atomic
-def record_ack(node_id: int, ack: Ack) -> str | None:
-    """Acknowledge the node's outbox row; returns a refusal detail when the ack names no command of
-    this node."""
-    try:
-        command_id = uuid.UUID(ack.command_id)
-    except ValueError:
-        return f"ack: command_id {ack.command_id!r} is not a UUID"
-    row = AgentCommand.objects.select_for_update().filter(command_id=command_id, node_id=node_id).first()
-    if row is None:
-        return f"ack: no command {ack.command_id} for this node"
-    if row.state == CommandState.PENDING:  # requeued on reconnect, but the agent had it already
-        do_mark_command_sent(row)
-        row.refresh_from_db()
-    ok = ack.outcome in _OK_OUTCOMES
-    if do_ack_command(row, ok, "" if ok else f"{ack.outcome}: {ack.detail}".strip(": ")):
-        on_command_settled(row)
-    return None
-
-
-def pending_commands(node_id: int) -> list[AgentCommand]:
-    return list(list_pending_commands(Node(pk=node_id)).select_related("task"))  # its snapshot key
-
-
-def mark_sent(command: AgentCommand) -> None:
-    with contextlib.suppress(StaleState):  # another socket of the node sent it, or it was acked
-        do_mark_command_sent(command)
-
-
-def fail_undeliverable(command: AgentCommand, error: str) -> None:
-    with contextlib.suppress(StaleState):
-        do_ack_command(command, ok=False, error=f"undeliverable: {error}")
+        return lambda node_id, report: "started: no failure"
+    return record_failure_report
 
 
 # --------------------------------------------------------------------------------------------------
@@ -782,12 +297,14 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if refusal is not None:
             await self._refuse(envelope, "agent_report_refused", [refusal])
             return
-        outcome = await _db(record_worker_report)(self._node_id, report)
+        outcome = await _db(report_handler(report))(self._node_id, report)
         log.info("agent %s report %s: %s", self.node_name, report.report_id, outcome)
 
     async def _on_ack(self, envelope: AgentEnvelope) -> None:
         ack = cast(Ack, envelope.message)
-        refusal = await _db(record_ack)(self._node_id, ack)
+        refusal, settled = await _db(record_ack)(self._node_id, ack)
+        if settled is not None:
+            await _db(on_command_settled)(settled)
         if refusal is not None:
             await self._send_error(
                 ProtocolError(code="invalid", detail=refusal, in_reply_to_seq=envelope.seq)

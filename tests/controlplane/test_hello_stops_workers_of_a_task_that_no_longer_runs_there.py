@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from controlplane.apps.fleet.liveness import apply_hello
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.planning.workload import replan
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.core.protocol import DeviceInfo, Hello, WorkerStatus
-from controlplane.live.agent_link import apply_hello
 from tests.controlplane.factories import NodeFactory, TaskFactory
 
 GB = 1024**3

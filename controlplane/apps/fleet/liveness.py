@@ -1,0 +1,167 @@
+"""A node's liveness as its agent link reports it: the hello (inventory, state, what must be re-sent or
+stopped), heartbeats that bring a node back, a closed link, frames sent in another node's name.
+
+Each function is one short transaction, called by the agent-link consumer
+(:mod:`controlplane.live.agent_link`) through ``database_sync_to_async``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.apps.accounts.services import do_record_audit
+from controlplane.apps.fleet.authority import Refusal, check_snapshot_adverts, task_pk
+from controlplane.apps.fleet.choices import DEVICE_MACHINE, CommandState, CommandType, DeviceState, NodeState
+from controlplane.apps.fleet.models import AgentCommand, Device, Node
+from controlplane.apps.fleet.services import (
+    do_enqueue_command,
+    do_record_snapshots,
+    do_requeue_unacked_commands,
+    do_set_device_state,
+    do_set_node_state,
+)
+from controlplane.apps.incidents.reports import report_missing_workers
+from controlplane.apps.planning.triggers import request_replan
+from controlplane.apps.training.choices import TERMINAL_TASK_STATES
+from controlplane.apps.training.models import TrainingTask
+from controlplane.core.planning import DEVICE_KINDS
+from controlplane.core.protocol import DeviceInfo, Hello
+
+log = logging.getLogger(__name__)
+
+
+def device_kind_key(info: DeviceInfo) -> str:
+    """The planner's device-kind key (``core.planning.DEVICE_KINDS``) for a reported device, or a slug of
+    the reported name when the kind is not known to the planner."""
+    if info.kind == "cpu":
+        return "cpu-slot"
+    name = info.name.lower()
+    gib = info.memory_bytes / 2**30
+    for family in ("h200", "h100", "a100"):
+        if family in name:
+            if family == "h200":
+                return "h200"
+            return f"{family}-{'40g' if family == 'a100' and gib < 60 else '80g'}"
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-")[:64] or "unknown"
+
+
+def _device_memory(info: DeviceInfo, kind: str) -> int:
+    known = DEVICE_KINDS.get(kind)
+    if info.memory_bytes == 0 and known is not None:  # CPU slots report no memory of their own
+        return int(known.memory_bytes)
+    return info.memory_bytes
+
+
+@transaction.atomic
+def apply_hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal]]:
+    """Inventory upsert, node → healthy, unacked commands back to pending. Returns the node state and
+    the snapshot adverts refused (``fleet.authority``: not recorded)."""
+    node = Node.objects.select_for_update().get(pk=node_id)
+    existing = {d.index: d for d in Device.objects.filter(node=node)}
+    reported = set()
+    for info in hello.devices:
+        reported.add(info.index)
+        kind = device_kind_key(info)
+        memory = _device_memory(info, kind)
+        device = existing.get(info.index)
+        if device is None:
+            Device.objects.create(node=node, index=info.index, kind=kind, memory_bytes=memory)
+        elif (device.kind, device.memory_bytes) != (kind, memory):
+            Device.objects.filter(pk=device.pk).update(kind=kind, memory_bytes=memory)
+    for index, device in existing.items():  # gone from the inventory: the device failed
+        if index not in reported and DEVICE_MACHINE.can(device.state, DeviceState.FAILED):
+            do_set_device_state(device, DeviceState.FAILED)
+    Node.objects.filter(pk=node.pk).update(
+        agent_version=hello.agent_version,
+        last_heartbeat_at=timezone.now(),
+        address=node.address or hello.hostname[:255],
+    )
+    do_record_snapshots(node.pk, [], hello.snapshot_endpoint or "")
+    allowed, refused = check_snapshot_adverts(node.pk, hello.snapshots)
+    do_record_snapshots(node.pk, [s.model_dump(mode="json") for s in allowed])
+    node = _bring_back(node, "agent said hello", warming=hello.warming)
+    do_requeue_unacked_commands(node)
+    report_missing_workers(node, hello)
+    _stop_stray_workers(node, hello)
+    return node.state, refused
+
+
+_LIVE_WORKER_STATES = ("init", "healthy", "unhealthy")
+
+
+def _stop_stray_workers(node: Node, hello: Hello) -> None:
+    """Workers the hello lists for a task that no longer runs on this node (it moved while the node was
+    cut off, or it ended) are stopped: left alone they would train a second copy of the task and
+    write its checkpoints. A task still allocated here is left to its transitions."""
+    listed = {w.task_id for w in hello.workers if w.state in _LIVE_WORKER_STATES}
+    for task_id in sorted(listed):
+        pk = task_pk(task_id)
+        task = TrainingTask.objects.filter(pk=pk).first() if pk is not None else None
+        if task is None:
+            continue  # not ours to name in a command (no task row, no epoch)
+        if (
+            task.state not in TERMINAL_TASK_STATES
+            and task.allocations.filter(active=True, device__node=node).exists()
+        ):
+            continue
+        if AgentCommand.objects.filter(
+            node=node,
+            task=task,
+            type=CommandType.STOP_WORKERS,
+            state__in=[CommandState.PENDING, CommandState.SENT],
+        ).exists():
+            continue
+        log.warning("node %s still runs task %s, which no longer runs there: stopping it", node.name, task.pk)
+        do_enqueue_command(
+            node, CommandType.STOP_WORKERS, {"task": task.pk, "grace_s": 5.0}, task.pk, task.epoch
+        )
+
+
+def _bring_back(node: Node, reason: str, warming: bool = False) -> Node:
+    """A node that shows signs of life: lost → joining → healthy, joining/suspect → healthy. Isolated and
+    draining nodes stay where the operator put them.
+
+    ``warming``: the agent's warm spares are still starting, so a rank placed there now would start
+    cold; a lost or joining node then stops at ``joining`` (no new ranks, no ``node_joined`` re-plan)
+    until a heartbeat says the agent is warm (the agent bounds warming, ``agents.supervisor.
+    WARMING_MAX_S``). A suspect node keeps its workers and its agent: healthy at once."""
+    if node.state == NodeState.LOST:
+        node = do_set_node_state(node, NodeState.JOINING, reason)
+    if node.state == NodeState.JOINING and warming:
+        log.info("node %s stays joining: its agent is warming (%s)", node.name, reason)
+        return node
+    if node.state in (NodeState.JOINING, NodeState.SUSPECT):
+        node = do_set_node_state(node, NodeState.HEALTHY, reason)
+        request_replan("node_joined")  # capacity came back: tasks may grow (a no-op plan otherwise)
+    return node
+
+
+@transaction.atomic
+def revive_node(node_id: int, warming: bool = False) -> str:
+    """A heartbeat arrived from a node that is not healthy (the watchdog thought it silent, or it is
+    joining and its agent just became warm)."""
+    node = Node.objects.select_for_update().get(pk=node_id)
+    return _bring_back(
+        node, "agent warm" if node.state == NodeState.JOINING else "heartbeat resumed", warming
+    ).state
+
+
+@transaction.atomic
+def mark_link_closed(node_id: int, code: int | None) -> str | None:
+    """Socket closed: a healthy node becomes suspect at once (DESIGN §5.1 socket state)."""
+    node = Node.objects.select_for_update().filter(pk=node_id).first()
+    if node is None:
+        return None
+    if node.state == NodeState.HEALTHY:
+        node = do_set_node_state(node, NodeState.SUSPECT, f"agent link closed (code {code})")
+    return node.state
+
+
+@transaction.atomic
+def record_impersonation(node_id: int, claimed: str, seq: int) -> None:
+    node = Node.objects.get(pk=node_id)
+    do_record_audit(None, "agent_impersonation_refused", node, after={"claimed_node": claimed, "seq": seq})
