@@ -5,6 +5,7 @@ so that tools which never sign anything, such as ``makemigrations`` or mypy, sti
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -17,12 +18,12 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation  # noqa: E402
-from django.core.handlers.exception import response_for_exception  # noqa: E402
-from django.http import HttpRequest  # noqa: E402
+from django.http import HttpRequest, HttpResponseBadRequest  # noqa: E402
 
 from controlplane.config.env import ConfigError  # noqa: E402
 from controlplane.config.routing import websocket_application  # noqa: E402
 
+security_log = logging.getLogger("django.security.SuspiciousFileOperation")
 MISSING_SECRET_KEY = (
     "SECRET_KEY must be set (or SECRET_KEY_FILE, a file holding it) when DEBUG is off: sessions, CSRF "
     "tokens and password resets are signed with it. Generate one with "
@@ -45,13 +46,14 @@ require_secret_key()
 class StaticFilesHandler(ASGIStaticFilesHandler):
     """The dashboard's CSS/JS/vendored uPlot under STATIC_URL, from the staticfiles finders (no
     collectstatic and no DEBUG needed). A path that leaves the static directories (``/static/..%2f``)
-    is a 400 logged on ``django.security``, not a 500 with a traceback."""
+    is a 400 with one line on ``django.security``, not a 500 with a traceback."""
 
     def serve(self, request: HttpRequest) -> Any:
         try:
             return super().serve(request)
         except SuspiciousOperation as exc:
-            return response_for_exception(request, exc)
+            security_log.warning("static path refused: %s (%s)", request.path, exc)
+            return HttpResponseBadRequest("Bad static file path.", content_type="text/plain")
 
 
 # daphne serves the static files itself, in `make demo` as in the container.

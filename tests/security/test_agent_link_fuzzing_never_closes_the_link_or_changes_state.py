@@ -6,7 +6,6 @@ oversized strings, wrong types, another node's task), and with raw garbage: the 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -29,8 +28,8 @@ from tests.e2e.conftest import hello_message, unique_name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
-BUDGET_S = 45.0
-"""Examples stop being sent after this long (a loaded host runs fewer of them)."""
+EXAMPLES = 40
+"""Links opened, each with up to 12 frames: about 20-40 s here."""
 
 HOSTILE = st.one_of(
     st.just(float("inf")),
@@ -205,7 +204,7 @@ async def _exchange(token: str, node: str, raw_frames: list[str | bytes]) -> tup
         await comm.disconnect()
 
 
-def test_hostile_frames_get_replies_on_an_open_link_and_change_nothing() -> None:
+def test_hostile_frames_never_close_the_link_or_change_state() -> None:
     fuzzer, token = do_register_node(
         None, unique_name("fuzz"), devices=[DeviceSpec(index=0, kind="cpu-slot", memory_bytes=2**32)]
     )
@@ -216,11 +215,10 @@ def test_hostile_frames_get_replies_on_an_open_link_and_change_nothing() -> None
     Allocation.objects.create(task=task, device=Device.objects.get(node=owner, index=0), rank=0, epoch=1)
     async_to_sync(_exchange)(token, fuzzer.name, [])  # the hello's inventory is the baseline
     before = _state(task, fuzzer)
-    started = time.monotonic()
     sent = 0
 
     @settings(
-        max_examples=60,
+        max_examples=EXAMPLES,
         deadline=None,
         suppress_health_check=[
             HealthCheck.too_slow,
@@ -232,12 +230,10 @@ def test_hostile_frames_get_replies_on_an_open_link_and_change_nothing() -> None
     @given(st.lists(frames(task.pk), min_size=1, max_size=12))
     def run(raw_frames: list[str | bytes]) -> None:
         nonlocal sent
-        if time.monotonic() - started > BUDGET_S:
-            return
         replies, closed = async_to_sync(_exchange)(token, fuzzer.name, raw_frames)
         sent += len(raw_frames)
         assert not closed, f"the link was closed after {replies} replies to {raw_frames!r:.2000}"
         assert _state(task, fuzzer) == before
 
     run()
-    assert sent >= 20, f"only {sent} frames in {BUDGET_S}s"
+    assert sent >= EXAMPLES

@@ -5,9 +5,10 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from controlplane.apps.accounts.models import ApiToken, AuditEntry
+from controlplane.apps.accounts.services import do_record_audit
 from controlplane.apps.common.admin import AuditedModelAdmin
 
 
@@ -53,7 +54,16 @@ admin.site.unregister(Group)
 
 @admin.register(User)
 class AuditedUserAdmin(AuditedModelAdmin, UserAdmin):  # type: ignore[type-arg]
-    """Users (and their role groups) changed in the admin leave audit rows; passwords never do."""
+    """Users (and their role groups) changed in the admin leave audit rows; passwords never do (a
+    password set in the admin is recorded as such, without any hash)."""
+
+    def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
+        response = super().user_change_password(request, id, form_url)
+        if request.method == "POST" and response.status_code == 302:
+            user = User.objects.filter(pk=id).first()
+            if user is not None:
+                do_record_audit(request.user, "admin_set_password", user, {}, {"password": "set"})
+        return response
 
 
 @admin.register(Group)

@@ -21,6 +21,10 @@ class CappedLimitOffsetPagination(LimitOffsetPagination):
     def max_limit(self) -> int:  # type: ignore[override]
         return int(settings.UNICRON_API_MAX_PAGE_SIZE)
 
+    def get_limit(self, request: Request) -> int | None:
+        limit = super().get_limit(request)  # the default page size when ?limit is missing or malformed
+        return min(limit, self.max_limit) if limit is not None else None
+
     def get_offset(self, request: Request) -> int:
         offset = super().get_offset(request)
         if offset > MAX_OFFSET:
@@ -33,4 +37,6 @@ class CappedLimitOffsetPagination(LimitOffsetPagination):
             if parameter["name"] == self.limit_query_param:
                 parameter["schema"]["maximum"] = self.max_limit
                 parameter["description"] += f" At most {self.max_limit}; larger values are clamped."
+            if parameter["name"] == self.offset_query_param:
+                parameter["schema"]["maximum"] = MAX_OFFSET
         return parameters

@@ -1,8 +1,10 @@
-"""API rate limits, per anonymous client address, per user and per API token.
+"""API rate limits, per user and per API token.
 
-Rates come from ``settings.UNICRON_THROTTLE_RATES`` (``UNICRON_THROTTLE_ANON``, ``_USER``, ``_TOKEN``) and
-are read on every request, so that an override (tests, ``override_settings``) takes effect at once. The
-counters live in Django's default cache, i.e. per server process.
+Rates come from ``settings.UNICRON_THROTTLE_RATES`` (``UNICRON_THROTTLE_USER``, ``_TOKEN``) and are
+read on every request, so that an override (tests, ``override_settings``) takes effect at once. The
+counters live in Django's default cache, i.e. per server process. (Every API operation needs an
+authenticated user, and DRF refuses anonymous requests before it counts them: there is no anonymous
+rate. Login forms have their own lock-out, django-axes.)
 """
 
 from __future__ import annotations
@@ -22,12 +24,6 @@ class _SettingsRate:
     def get_rate(self) -> str | None:
         rates: dict[str, str | None] = settings.UNICRON_THROTTLE_RATES
         return rates.get(self.scope)
-
-
-class AnonRateThrottle(_SettingsRate, throttling.AnonRateThrottle):
-    """Requests without credentials, per client address."""
-
-    scope = "anon"
 
 
 class UserRateThrottle(_SettingsRate, throttling.UserRateThrottle):
