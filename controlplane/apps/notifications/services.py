@@ -138,28 +138,54 @@ def _fail_unsendable(delivery: AlertDelivery, reason: str) -> DeliveryOutcome:
     return DeliveryOutcome("failed", reason) if done else DeliveryOutcome("skipped", "no longer pending")
 
 
-def check_deliverable(
-    delivery: AlertDelivery, now: datetime, cfg: DeliverySettings
-) -> DeliveryOutcome | None:
-    """Why ``delivery`` is not to be attempted now (an outcome), or None when it is."""
+def _postpone(delivery: AlertDelivery, wait_s: float, why: str) -> DeliveryOutcome:
+    """Keep a pending delivery pending ``wait_s`` longer (it is not overdue meanwhile, so the sweep
+    leaves it alone) and say when to look again."""
+    due = timezone.now() + timedelta(seconds=wait_s)
+    AlertDelivery.objects.filter(
+        pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts
+    ).update(next_attempt_at=due, updated_at=timezone.now())
+    return DeliveryOutcome("waiting", why, retry_in_s=wait_s)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a delivery is not attempted now: ``skip`` it, ``fail`` it for good, ``wait`` ``wait_s`` more
+    (postponing it), or look again ``later`` (in ``wait_s``, when it is due)."""
+
+    action: Literal["skip", "fail", "wait", "later"]
+    reason: str
+    wait_s: float = 0.0
+
+
+def check_deliverable(delivery: AlertDelivery, now: datetime, cfg: DeliverySettings) -> Refusal | None:
+    """Why ``delivery`` is not to be attempted now, or None when it is (reads only)."""
     if delivery.state != DeliveryState.PENDING:
-        return DeliveryOutcome("skipped", f"delivery is {delivery.state}")
+        return Refusal("skip", f"delivery is {delivery.state}")
     if delivery.route is None:
-        return _fail_unsendable(delivery, "the route was deleted before the delivery was made")
+        return Refusal("fail", "the route was deleted before the delivery was made")
     if not delivery.route.enabled:
-        return _fail_unsendable(delivery, f"route {delivery.route.name} was disabled")
+        return Refusal("fail", f"route {delivery.route.name} was disabled")
     if delivery.next_attempt_at is not None:
         early_s = (delivery.next_attempt_at - now).total_seconds()
-        if early_s > DUE_SLACK_S:
-            return DeliveryOutcome("waiting", "not due yet", retry_in_s=early_s)
+        if early_s > DUE_SLACK_S:  # a duplicate message, early: look again when it is due
+            return Refusal("later", "not due yet", wait_s=early_s)
     if delivery.event == DeliveryEvent.RESOLVED and get_firing_state(delivery) in (
         DeliveryState.PENDING,
         DeliveryState.SENDING,
     ):
-        return DeliveryOutcome(
-            "waiting", "the firing is not delivered yet", retry_in_s=max(1.0, cfg.retry_base_s)
-        )
+        return Refusal("wait", "the firing is not delivered yet", wait_s=max(1.0, cfg.retry_base_s))
     return None
+
+
+def _act_on(delivery: AlertDelivery, refusal: Refusal) -> DeliveryOutcome:
+    if refusal.action == "fail":
+        return _fail_unsendable(delivery, refusal.reason)
+    if refusal.action == "wait":
+        return _postpone(delivery, refusal.wait_s, refusal.reason)
+    if refusal.action == "later":
+        return DeliveryOutcome("waiting", refusal.reason, retry_in_s=refusal.wait_s)
+    return DeliveryOutcome("skipped", refusal.reason)
 
 
 def _claim(delivery: AlertDelivery, now: datetime) -> bool:
@@ -181,7 +207,7 @@ def do_deliver_alert(delivery_id: int) -> DeliveryOutcome:
     started = timezone.now()
     refusal = check_deliverable(delivery, started, cfg)
     if refusal is not None:
-        return refusal
+        return _act_on(delivery, refusal)
     if not _claim(delivery, started):
         return DeliveryOutcome("skipped", "claimed by another worker")
     attempt = delivery.attempts + 1
