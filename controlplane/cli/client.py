@@ -169,6 +169,13 @@ class UnicronClient:
                 )
             return payload
         status = response.status_code
+        if response.is_redirect:
+            target = response.headers.get("Location", "")
+            raise ApiError(
+                f"the server redirects {response.request.url.path} to {target}: log in to that address "
+                "(https:// when the server requires it)",
+                status,
+            )
         words = error_words(payload) if payload is not None else ""
         if not words:
             words = f"HTTP {status} {response.reason_phrase}".strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,8 +65,14 @@ class Output(StrEnum):
     JSON = "json"
 
 
+PIPE_WIDTH = 200
+"""Width of tables written to a pipe or file (no terminal to fit, and ``COLUMNS`` unset): wide enough
+that names are not cut for ``grep``."""
+
+
 def stdout() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(highlight=False, soft_wrap=False, width=width)
 
 
 def stderr() -> Console:
