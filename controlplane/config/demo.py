@@ -153,6 +153,28 @@ def demo_security_env() -> None:
     os.environ["SECRET_KEY_FILE"] = str(path)
 
 
+DEMO_AGENT_METRICS_PORT = 9101
+"""The demo's first agent serves its Prometheus metrics here, the next one on the next port, and so on."""
+
+
+def demo_metrics_env() -> None:
+    """``/metrics`` of the demo answers a bearer token (``UNICRON_METRICS_TOKEN``, unless the operator gave
+    one or ``UNICRON_METRICS_TOKEN_FILE``): a random one kept in the state directory (0600), which the demo
+    prints so that a Prometheus can be pointed at it."""
+    if os.environ.get("UNICRON_METRICS_TOKEN") or os.environ.get("UNICRON_METRICS_TOKEN_FILE"):
+        return
+    path = state_dir() / "metrics-token"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32))
+    os.environ["UNICRON_METRICS_TOKEN_FILE"] = str(path)
+
+
+def metrics_token() -> str:
+    path = os.environ.get("UNICRON_METRICS_TOKEN_FILE")
+    return Path(path).read_text().strip() if path else os.environ.get("UNICRON_METRICS_TOKEN", "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -185,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
     demo_security_env()
+    demo_metrics_env()
     cores = len(os.sched_getaffinity(0))
     args.agents, args.devices_per_agent, adapted = fit_demo_size(args.agents, args.devices_per_agent, cores)
     workers = args.agents * args.devices_per_agent
@@ -255,9 +278,10 @@ def main(argv: list[str] | None = None) -> int:
 
     agent_commands: dict[str, list[str]] = {}
 
-    def spawn(name: str, command: list[str]) -> None:
+    def spawn(name: str, command: list[str], extra_env: dict[str, str] | None = None) -> None:
         log_file = (logs / f"{name}.log").open("ab")
-        child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        child_env = dict(env, **(extra_env or {}))
+        child = subprocess.Popen(command, cwd=ROOT, env=child_env, stdout=log_file, stderr=subprocess.STDOUT)
         children.append(child)
         names[child.pid] = name
 
@@ -279,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         # Node agents (one per simulated node) connect over the agent link with their node tokens.
         ws = f"ws://{args.host}:{args.port}/ws/agent/"
         demo_nodes = ensure_demo_nodes(args.agents)
-        for node in demo_nodes:
+        agent_metrics: dict[str, str] = {}
+        for i, node in enumerate(demo_nodes):
+            agent_metrics[node.name] = str(DEMO_AGENT_METRICS_PORT + i)
             agent_commands[node.name] = [
                 python,
                 "-m",
@@ -297,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                 "--run-dir",
                 str(state_dir() / "agents" / node.name),
             ]
-            spawn(node.name, agent_commands[node.name])
+            spawn(
+                node.name, agent_commands[node.name], {"UNICRON_AGENT_METRICS_PORT": agent_metrics[node.name]}
+            )
         # a node turns healthy once its agent's warm spare has imported torch and megatron (up to
         # agents.supervisor.WARMING_MAX_S = 30 s; four agents importing at once on a small machine)
         healthy = wait_for_healthy_nodes([n.name for n in demo_nodes], timeout_s=45)
@@ -309,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  REST API       {base}/api/v1/")
         print(f"  OpenAPI schema {base}/api/schema/   (UI: {base}/api/docs/)")
         print(f"  admin          {base}/admin/")
+        print(f"  metrics        {base}/metrics   (Authorization: Bearer {metrics_token()})")
+        ports = ", ".join(sorted(agent_metrics.values()))
+        print(f"  agent metrics  http://127.0.0.1:<port>/metrics, ports {ports}")
         print(f"  database       {os.environ['DATABASE_URL']}")
         print(f"  redis          {os.environ['REDIS_URL']}")
         print(f"  logs           {logs}/")
@@ -348,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, due in list(repairs.items()):
                 if time.monotonic() >= due:
                     del repairs[name]
-                    spawn(name, agent_commands[name])
+                    spawn(name, agent_commands[name], {"UNICRON_AGENT_METRICS_PORT": agent_metrics[name]})
                     say(f"{name}: agent restarted (node repaired)")
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + 1.0
