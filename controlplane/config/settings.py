@@ -58,7 +58,9 @@ if _proxy_header is not None:
         raise ConfigError(f"SECURE_PROXY_SSL_HEADER={_proxy_header!r} must look like X-Forwarded-Proto=https")
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + _name.strip().upper().replace("-", "_"), _value.strip())
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _https)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # in-cluster health probes speak plain HTTP
+# in-cluster health probes and Prometheus scrapes speak plain HTTP (a redirect would not protect the
+# metrics bearer token: it is sent with the first request)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if _https else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
