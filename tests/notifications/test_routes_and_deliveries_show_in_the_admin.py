@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+from controlplane.apps.accounts.models import AuditEntry
 from controlplane.apps.notifications.models import AlertDelivery, AlertRoute
 from controlplane.apps.notifications.services import do_deliver_alert
 from tests.notifications.conftest import SECRET, raise_alert, webhook_route
@@ -53,3 +55,27 @@ def test_a_webhook_route_for_everything_is_listed_as_taking_every_severity(admin
 
     assert "sev1, sev2, sev3" in routes
     assert "any" in routes
+
+
+def test_route_edits_are_audited_without_the_secret_or_the_tokens_in_the_url(admin_client: Any) -> None:
+    url = "https://hooks.example.org/services/T000/B000/tokentokentoken"
+    fields = {"name": "chat", "enabled": "on", "destination": "webhook", "url": url, "secret": SECRET}
+    admin_client.post(
+        "/admin/notifications/alertroute/add/", {**fields, "min_severity": "", "severities": ""}
+    )
+    route = AlertRoute.objects.get(name="chat")
+    admin_client.post(
+        f"/admin/notifications/alertroute/{route.pk}/change/",
+        {**fields, "url": url.replace("tokentokentoken", "rotatedtoken"), "min_severity": "sev2"},
+    )
+
+    entries = list(AuditEntry.objects.filter(object_type="notifications.alertroute").order_by("id"))
+    assert [e.verb for e in entries] == ["admin_add", "admin_change"]
+    trail = json.dumps([[e.before, e.after] for e in entries])
+    assert SECRET not in trail
+    assert "tokentokentoken" not in trail
+    assert "rotatedtoken" not in trail
+    assert entries[1].before["min_severity"] == ""
+    assert entries[1].after["min_severity"] == "sev2"
+    assert entries[1].before["url"].startswith("https://hooks.example.org/… (sha256 ")
+    assert entries[1].before["url"] != entries[1].after["url"]
