@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html as htmllib
 import re
+import time
 from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from types import TracebackType
@@ -17,6 +18,9 @@ import httpx
 
 API_PREFIX = "/api/v1/"
 DEFAULT_TIMEOUT_S = 15.0
+RETRIES = 3
+"""How often a request the server rolled back (503, code ``retry``) is sent again."""
+MAX_RETRY_AFTER_S = 10.0
 
 
 class ExitCode(IntEnum):
@@ -111,22 +115,19 @@ JSON = dict[str, Any]
 
 
 class UnicronClient:
-    """A session with one server, authenticated by a DRF user token (``Authorization: Token ...``)."""
+    """A session with one server, authenticated by a user's API token (``Authorization: Token ...``)."""
 
     def __init__(
         self,
         server: str,
         token: str | None,
         timeout: float = DEFAULT_TIMEOUT_S,
-        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.server = normalise_server(server)
         headers = {"Accept": "application/json", "User-Agent": "unicron-cli"}
         if token:
             headers["Authorization"] = f"Token {token}"
-        self._http = httpx.Client(
-            base_url=self.server + API_PREFIX, headers=headers, timeout=timeout, transport=transport
-        )
+        self._http = httpx.Client(base_url=self.server + API_PREFIX, headers=headers, timeout=timeout)
 
     def __enter__(self) -> UnicronClient:
         return self
@@ -143,16 +144,24 @@ class UnicronClient:
     def request(
         self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: object = None
     ) -> Any:
-        """Send one request and return the decoded JSON answer, or raise :class:`ApiError`."""
+        """Send one request and return the decoded JSON answer, or raise :class:`ApiError`.
+
+        A 503 whose code is ``retry`` (the server rolled the request back after a deadlock: nothing was
+        written) is sent again after its ``Retry-After``, up to ``RETRIES`` times."""
         query = {k: v for k, v in (params or {}).items() if v is not None and v != []}
-        try:
-            response = self._http.request(
-                method, path.lstrip("/"), params=query, json=body if method != "GET" else None
-            )
-        except httpx.TimeoutException as exc:
-            raise ApiError(f"{self.server} did not answer in time ({type(exc).__name__})") from exc
-        except httpx.HTTPError as exc:
-            raise ApiError(f"cannot reach {self.server}: {exc or type(exc).__name__}") from exc
+        for attempt in range(RETRIES + 1):
+            try:
+                response = self._http.request(
+                    method, path.lstrip("/"), params=query, json=body if method != "GET" else None
+                )
+            except httpx.TimeoutException as exc:
+                raise ApiError(f"{self.server} did not answer in time ({type(exc).__name__})") from exc
+            except httpx.HTTPError as exc:
+                raise ApiError(f"cannot reach {self.server}: {exc or type(exc).__name__}") from exc
+            if attempt < RETRIES and _asks_to_retry(response):
+                time.sleep(_retry_after_s(response))
+                continue
+            break
         return self._decode(response)
 
     def _decode(self, response: httpx.Response) -> Any:
@@ -329,6 +338,23 @@ class UnicronClient:
         self, task: int | None = None, state: str | None = None, limit: int = 50, offset: int = 0
     ) -> Page:
         return self._page("transitions/", {"task": task, "state": state, "limit": limit, "offset": offset})
+
+
+def _asks_to_retry(response: httpx.Response) -> bool:
+    if response.status_code != 503:
+        return False
+    try:
+        payload = response.json()
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and payload.get("code") == "retry"
+
+
+def _retry_after_s(response: httpx.Response) -> float:
+    try:
+        return min(max(float(response.headers.get("Retry-After", "1")), 0.0), MAX_RETRY_AFTER_S)
+    except ValueError:
+        return 1.0
 
 
 def _form_error(html: str) -> str:
