@@ -252,7 +252,7 @@ def _follow(
             print_json(sample.task)
         else:
             stamp = datetime.now().strftime("%H:%M:%S")
-            console.print(f"{stamp} {sample.words()}", markup=False)
+            console.print(f"{stamp} {sample.words()}", markup=False, soft_wrap=True)
 
     def loop(sample: WatchSample) -> WatchSample:
         failing_since: float | None = None
