@@ -28,6 +28,7 @@ from controlplane.config.env import format_database_url
 from tests.controlplane.conftest import make_user
 from tests.controlplane.factories import FailureEventFactory
 from tests.notifications.receivers import HttpReceiver, SmtpSink, wait_for
+from tests.processes import spawn
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "route-secret-0123456789"
@@ -82,7 +83,7 @@ def celery_worker(
     env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=settings.REDIS_URL, **WORKER_ENV)
     log = tmp_path_factory.mktemp("celery") / "worker.log"
     with open(log, "ab") as out:
-        process = subprocess.Popen(
+        process = spawn(
             [
                 sys.executable,
                 "-m",
@@ -101,7 +102,6 @@ def celery_worker(
             env=env,
             stdout=out,
             stderr=out,
-            start_new_session=True,
         )
     worker = Worker(process, log)
     try:
