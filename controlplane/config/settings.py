@@ -278,11 +278,21 @@ UNICRON_RESUME_DEADLINE_S = env_float("UNICRON_RESUME_DEADLINE_S", 180.0, minimu
 UNICRON_STEP_DEADLINE_ITERATIONS = env_float("UNICRON_STEP_DEADLINE_ITERATIONS", 200.0, minimum=0.0)
 UNICRON_RESUME_DEADLINE_ITERATIONS = env_float("UNICRON_RESUME_DEADLINE_ITERATIONS", 600.0, minimum=0.0)
 UNICRON_DEADLINE_MAX_FACTOR = env_float("UNICRON_DEADLINE_MAX_FACTOR", 5.0, minimum=1.0)
-UNICRON_CHECKPOINT_ROOT = env_str("UNICRON_CHECKPOINT_ROOT", str(BASE_DIR / ".run" / "checkpoints"))
+# under the state directory, like everything else a run writes (a shared file system in a real cluster)
+UNICRON_CHECKPOINT_ROOT = env_str(
+    "UNICRON_CHECKPOINT_ROOT", str(Path(env_str("UNICRON_STATE_DIR") or BASE_DIR / ".run") / "checkpoints")
+)
 UNICRON_CHECKPOINT_INTERVAL = env_int("UNICRON_CHECKPOINT_INTERVAL", 50, minimum=0)
 UNICRON_SNAPSHOT_INTERVAL = env_int("UNICRON_SNAPSHOT_INTERVAL", 10, minimum=0)
-UNICRON_RENDEZVOUS_PORT_BASE = env_int("UNICRON_RENDEZVOUS_PORT_BASE", 31000, minimum=1024)
-UNICRON_RENDEZVOUS_PORT_SPAN = env_int("UNICRON_RENDEZVOUS_PORT_SPAN", 20000, minimum=1)
+# Rendezvous ports come from 20000-29999 by default: below Linux's ephemeral range (32768-60999), from which
+# every gloo pair and client socket draws its port, so an epoch's port cannot be taken by one of those.
+UNICRON_RENDEZVOUS_PORT_BASE = env_int("UNICRON_RENDEZVOUS_PORT_BASE", 20000, minimum=1024)
+UNICRON_RENDEZVOUS_PORT_SPAN = env_int("UNICRON_RENDEZVOUS_PORT_SPAN", 10000, minimum=1)
+if UNICRON_RENDEZVOUS_PORT_BASE + UNICRON_RENDEZVOUS_PORT_SPAN > 65536:
+    raise ConfigError(
+        f"UNICRON_RENDEZVOUS_PORT_BASE + UNICRON_RENDEZVOUS_PORT_SPAN = "
+        f"{UNICRON_RENDEZVOUS_PORT_BASE + UNICRON_RENDEZVOUS_PORT_SPAN} runs past port 65535"
+    )
 UNICRON_RENDEZVOUS_TIMEOUT_S = env_float("UNICRON_RENDEZVOUS_TIMEOUT_S", 60.0, minimum=1.0)
 UNICRON_COLLECTIVE_TIMEOUT_S = env_float("UNICRON_COLLECTIVE_TIMEOUT_S", 30.0, minimum=1.0)
 
