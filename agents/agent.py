@@ -89,7 +89,7 @@ class AgentConfig:
     worker_env: dict[str, str] = field(default_factory=dict)
     elastic_wait_s: float = 30.0
     """Elastic mode: after a collective error a worker waits this long for the coordinator's
-    reconfigure/retry (DESIGN §7) before it exits; 0 turns it off (workers exit, transitions
+    reconfigure/retry (docs/ARCHITECTURE.md §7.6) before it exits; 0 turns it off (workers exit, transitions
     relaunch every process)."""
     spares: int = field(default_factory=lambda: env_count(ENV_SPARES, 1))
     """Warm spare worker processes (:mod:`agents.training.spare`) kept ready for a restarted or added
@@ -250,7 +250,8 @@ class Agent:
         return f"stopped {cmd.task_id} ranks {cmd.ranks or 'all'}"
 
     async def _reconfigure(self, cmd: ReconfigureCommand) -> str:
-        """In place where possible: surviving local processes rebuild their groups (DESIGN §7)."""
+        """In place where possible: surviving local processes rebuild their groups (docs/ARCHITECTURE.md
+        §7.6)."""
         tspec = TransitionSpec(
             kind="reconfigure",
             from_epoch=cmd.previous_epoch,

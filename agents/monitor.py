@@ -1,4 +1,4 @@
-"""Online statistical monitoring in the agent: hangs and stragglers (DESIGN §5.1).
+"""Online statistical monitoring in the agent: hangs and stragglers (docs/ARCHITECTURE.md §7.1).
 
 Wraps the pure detectors of :mod:`controlplane.core.failures.detectors` (``IterationTimeMonitor``,
 ``StragglerDetector``) with what the live agent needs on top:

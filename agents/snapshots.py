@@ -1,4 +1,5 @@
-"""The agent's in-memory snapshot store (DESIGN §7): keep, list, replicate and serve snapshots.
+"""The agent's in-memory snapshot store (docs/ARCHITECTURE.md §7.6): keep, list, replicate and serve
+snapshots.
 
 Workers write their shards under ``<root>/<this node>/<task>/e<epoch>-i<iteration>/`` (see
 :mod:`agents.training.snapshot`); the root is a tmpfs directory (``/dev/shm``) owned by the agent, so

@@ -13,7 +13,7 @@ Three of the four in-band detectors run here (the fourth, node health, runs on t
 Workers are either real processes (``megatron``) or in-agent simulated workers (``sim``,
 :mod:`agents.sim`); both feed :meth:`Supervisor.on_event` with the same hook events.
 
-Transitions (DESIGN §7): :meth:`Supervisor.reconfigure_group` moves a task to a new epoch. A
+Transitions (docs/ARCHITECTURE.md §7.6): :meth:`Supervisor.reconfigure_group` moves a task to a new epoch. A
 surviving worker keeps its process: the supervisor re-keys it under its new rank and epoch (its
 reports carry them from then on; reports of its old epoch that arrive late keep the old epoch, the
 hook tags them), resets its hang/straggler warm-up, and sends it a transition order down the hook

@@ -1,4 +1,5 @@
-"""Detection latency per in-band detector (DESIGN §5.1, §11), with baselines, and hook overhead.
+"""Detection latency per in-band detector (docs/ARCHITECTURE.md §7.1; docs/EVALUATION.md), with baselines,
+and hook overhead.
 
     .venv/bin/python bench/detection.py [--repeats 3] [--overhead-rounds 3]
 

@@ -1,4 +1,5 @@
-"""Detector evaluation (DESIGN §5.1, §11): false positives and detection delay per series type.
+"""Detector evaluation (docs/ARCHITECTURE.md §7.1; docs/EVALUATION.md): false positives and detection delay
+per series type.
 
 Run: ``.venv/bin/python bench/detectors.py [--seeds N]``. Prints the tables and writes
 ``bench/results/detectors.md``. Series are synthetic (see

@@ -1,8 +1,9 @@
-"""Planner benchmark (DESIGN §11): decision latency, full-planning time, DP vs heuristics on WAF.
+"""Planner benchmark (docs/EVALUATION.md): decision latency, full-planning time, DP vs heuristics on WAF.
 
 Run: ``.venv/bin/python bench/planner.py [--mixes N] [--seed S]``. Prints the figures and writes
 ``bench/results/planner.md``. Throughput tables are built once per (model, cluster size) and reused:
-in the control plane they are stored with the task (DESIGN §3), so planning time excludes them; the
+in the control plane they are stored with the task (docs/ARCHITECTURE.md §5), so planning time excludes them;
+the
 table-building time is reported separately.
 """
 

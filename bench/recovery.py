@@ -1,4 +1,5 @@
-"""Goodput and accumulated WAF under a fault every minute, whole system vs torchrun (issue #6, DESIGN §11).
+"""Goodput and accumulated WAF under a fault every minute, whole system vs torchrun
+(docs/EVALUATION.md).
 
     .venv/bin/python bench/recovery.py                 # 10 minutes per system (about 25 minutes in all)
     .venv/bin/python bench/recovery.py --minutes 3     # quick run
@@ -934,7 +935,7 @@ def write_report(
     data = {"meta": meta, "ours": ours.__dict__, "baseline": base.__dict__ if base else None}
     (res_dir / "recovery.json").write_text(json.dumps(data, indent=1, default=str))
     lines = [
-        "# Goodput and accumulated WAF under a fault every minute (issue #6, DESIGN §11)",
+        "# Goodput and accumulated WAF under a fault every minute (docs/EVALUATION.md)",
         "",
         f"Command: `{meta['command']}`  ",
         f"Machine: {meta['machine']}; load average at start {meta['load_start']}, at end {meta['load_end']} "

@@ -1,4 +1,5 @@
-"""Transition time and lost work (DESIGN §7, §11; issue #5), next to torchrun checkpoint-restart.
+"""Transition time and lost work (docs/ARCHITECTURE.md §7.6; docs/EVALUATION.md), next to torchrun
+checkpoint-restart.
 
     .venv/bin/python bench/transition.py [--repeats 3] [--checkpoint-every 10] [--warmup 8]
 
@@ -485,7 +486,7 @@ def write_report(
         json.dumps({"meta": meta, "summary": summary, "runs": rows}, indent=1)
     )
     lines = [
-        "# Transition time and lost work (issue #5, DESIGN §7, §11)",
+        "# Transition time and lost work (docs/ARCHITECTURE.md §7.6; docs/EVALUATION.md)",
         "",
         f"Command: `{meta['command']}`  ",
         f"Machine: {meta['machine']}; load average at start {meta['load_start']}, at end {meta['load_end']} "
@@ -593,7 +594,7 @@ CAVEATS = [
     "meanwhile and gets no ranks.",
     "The baseline restarts with zero queueing delay and checkpoints of a tiny model (dist_checkpointing "
     "save ~1.6 s, load ~0.04 s): on a real cluster its requeue, re-initialisation and checkpoint load "
-    "are minutes (DESIGN §13), so these ratios are conservative for ours.",
+    "are minutes (docs/EVALUATION.md), so these ratios are conservative for ours.",
     "shrink baseline: a torchrun job whose node is lost fails; we relaunch it at DP1 on the remaining "
     "node at once. torchrun's own elastic rendezvous (--nnodes 1:2) would also restart on the rest, after "
     "its rendezvous last-call timeout (default 30 s), so this is the favourable case for the baseline.",

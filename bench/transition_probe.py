@@ -1,4 +1,5 @@
-"""Transition time with real Megatron workers under a real agent (DESIGN §7, §11):
+"""Transition time with real Megatron workers under a real agent (docs/ARCHITECTURE.md §7.6;
+docs/EVALUATION.md):
 failure detection -> first completed iteration in the new configuration.
 
 Scenarios (tiny GPT, gloo on CPU, one agent with 2 devices; the probe plays the coordinator and

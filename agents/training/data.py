@@ -3,7 +3,7 @@
 A global batch of iteration ``i`` is ``global_batch / micro_batch`` micro-batches with global indices
 ``0..n-1``; data-parallel replica ``r`` of ``dp`` owns a contiguous slice of them. The content of
 micro-batch ``(i, k)`` depends only on ``(seed, i, k)``, so any replica, after any reconfiguration,
-can recompute exactly the micro-batches a failed replica did not finish (DESIGN §7).
+can recompute exactly the micro-batches a failed replica did not finish (docs/ARCHITECTURE.md §7.6).
 
 Sequences are arithmetic progressions modulo the vocabulary (random start and stride), which a
 small GPT learns quickly: the loss visibly falls, so a broken update is noticed.

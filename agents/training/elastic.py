@@ -1,4 +1,4 @@
-"""Fast transitions inside the training worker (DESIGN §7): the decisions and the state moves.
+"""Fast transitions inside the training worker (docs/ARCHITECTURE.md §7.6): the decisions and the state moves.
 
 A worker process lives across epochs. When the agent orders a transition (a ``ReconfigureCommand`` or
 a ``RetryCommand`` turned into an order on the hook socket), a surviving process tears down its

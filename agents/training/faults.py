@@ -5,7 +5,8 @@ the worker arms it and fires it at the requested iteration:
 
 - ``crash``: SIGKILL to itself at the start of the iteration (the agent can also SIGKILL directly);
   with ``message="after_all_reduce"`` it fires right after that iteration's gradient all-reduce
-  instead (the peers have reduced gradients and finish the step: DESIGN §7, failure after the sync);
+  instead (the peers have reduced gradients and finish the step: docs/ARCHITECTURE.md §7.6, failure after the
+  sync);
 - ``exception``: a ``RuntimeError`` raised in the training code at the start of the iteration;
 - ``hang``: the rank stops at the start of the iteration, before its micro-batches (a stuck kernel or
   data loader); its peers finish theirs and block in the real gloo/NCCL gradient all-reduce waiting

@@ -1,4 +1,4 @@
-"""In-memory snapshots of a worker's model + optimizer state (DESIGN §7, §8), worker side.
+"""In-memory snapshots of a worker's model + optimizer state (docs/ARCHITECTURE.md §7.6, §2), worker side.
 
 Every K iterations each rank copies its shard of the model and optimizer state into host buffers
 (synchronously: a memcpy on CPU, a device-to-host copy into pinned memory on a GPU) and a background

@@ -22,7 +22,7 @@ TP/PP/DP come from the assignment. On a machine without CUDA the worker loads th
 layer and uses gloo; with CUDA it uses NCCL and loads nothing extra. The training loop is an ordinary
 Megatron loop; the hook's lines are the only additions (marked ``# hook``).
 
-Transitions without restart (DESIGN §7, :mod:`agents.training.elastic`)
+Transitions without restart (docs/ARCHITECTURE.md §7.6, :mod:`agents.training.elastic`)
 -----------------------------------------------------------------------
 The process outlives its epoch. An order arrives on the hook socket (at an iteration boundary, or
 while the worker waits after a failed collective); the worker then
@@ -787,7 +787,8 @@ class Trainer:
                     self.recompute_s = time.perf_counter() - t_start
                 hook.compute_done()  # hook
                 # gloo reduces in place: a peer dying mid-all-reduce can leave partial sums in the
-                # buffer. Elastic mode keeps a copy of the local sums to put back (DESIGN §7 reuse).
+                # buffer. Elastic mode keeps a copy of the local sums to put back (docs/ARCHITECTURE.md §7.6
+                # reuse).
                 stash = self._stash_grads() if self.elastic_wait_s > 0 and par.pp == 1 else None
                 try:
                     finalize_model_grads([self.ddp])

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FAULT_CYCLE: tuple[str, ...] = ("crash", "exception", "network_error", "hang", "straggler", "node_loss")
-"""Every failure class of DESIGN §5, in the order the demo injects them."""
+"""Every failure class of docs/ARCHITECTURE.md §7.1-7.2, in the order the demo injects them."""
 
 DEMO_TASKS: tuple[dict[str, Any], ...] = (
     {"name": "gpt-alpha", "weight": 3.0, "min_workers": 2, "max_workers": 4},

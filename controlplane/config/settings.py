@@ -250,7 +250,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
-# Control-plane tunables (DESIGN §5.1): heartbeat period and how many missed beats make a node suspect / lost.
+# Control-plane tunables (docs/ARCHITECTURE.md §7.1): heartbeat period and how many missed beats make a node
+# suspect / lost.
 UNICRON_HEARTBEAT_INTERVAL_S = env_float("UNICRON_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.05)
 UNICRON_SUSPECT_AFTER_S = env_float("UNICRON_SUSPECT_AFTER_S", 2.0, minimum=0.1)
 UNICRON_LOST_AFTER_S = env_float("UNICRON_LOST_AFTER_S", 3.0, minimum=0.1)
@@ -264,7 +265,8 @@ if not 0.0 < UNICRON_MASS_SILENCE_FRACTION <= 1.0:
 UNICRON_MASS_SILENCE_LOST_AFTER_S = env_float("UNICRON_MASS_SILENCE_LOST_AFTER_S", 60.0, minimum=0.1)
 UNICRON_METRICS_MAX_POINTS = env_int("UNICRON_METRICS_MAX_POINTS", 500, minimum=2)
 
-# Workload manager and failure handling (DESIGN §5.2, §6, §7). Seconds unless named otherwise.
+# Workload manager and failure handling (docs/ARCHITECTURE.md §7.2, §7.3-7.5, §7.6). Seconds unless named
+# otherwise.
 UNICRON_ORCHESTRATION = env_bool("UNICRON_ORCHESTRATION", True)  # false: no replan/handling is enqueued
 UNICRON_MTBF_NODE_S = env_float("UNICRON_MTBF_NODE_S", 6350 * 3600.0, minimum=1.0)  # Llama 3 rate, §13
 UNICRON_D_RUNNING_CAP_S = env_float("UNICRON_D_RUNNING_CAP_S", 3600.0, minimum=1.0)

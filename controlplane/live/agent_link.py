@@ -1,4 +1,4 @@
-"""The coordinator side of the agent link (DESIGN §2, §4, §5.1): one WebSocket per node agent.
+"""The coordinator side of the agent link (docs/ARCHITECTURE.md §2, §6, §7.1): one WebSocket per node agent.
 
 The consumer only authenticates, decodes, checks who speaks, and hands each message to one small
 synchronous handler that persists it through the services (run with ``database_sync_to_async``):

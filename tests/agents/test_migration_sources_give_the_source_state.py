@@ -1,4 +1,5 @@
-"""Nearest-principle state migration (DESIGN §7) with real Megatron workers: for every source kind a
+"""Nearest-principle state migration (docs/ARCHITECTURE.md §7.6) with real Megatron workers: for every source
+kind a
 worker actually uses, its TransitionReport names it and the state the rank holds right after the
 migration equals the source's (parameters and Adam moments, bitwise).
 

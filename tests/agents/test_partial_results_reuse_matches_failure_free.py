@@ -1,4 +1,5 @@
-"""Partial-result reuse (DESIGN §7) with real Megatron workers: a DP replica killed mid-iteration
+"""Partial-result reuse (docs/ARCHITECTURE.md §7.6) with real Megatron workers: a DP replica killed
+mid-iteration
 costs only its own micro-batches, and the parameters equal the failure-free run's.
 
 DP2 (4 micro-batches of the global batch, 2 per replica) under a real agent. Replica 1 is killed

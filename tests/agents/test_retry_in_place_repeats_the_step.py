@@ -1,4 +1,5 @@
-"""Retry in place (sev3, DESIGN §5.2): after a transient network error in the gradient all-reduce the
+"""Retry in place (sev3, docs/ARCHITECTURE.md §7.2): after a transient network error in the gradient
+all-reduce the
 live workers rebuild their process groups at a new rendezvous and repeat the step, keeping the
 micro-batches they finished; no process restarts and the parameters stay bitwise those of the
 failure-free run (same layout, same summation order).

@@ -1,5 +1,6 @@
 """At 128 GPUs (16 nodes x 8) and 8 tasks, the re-plan after a node loss is found among the precomputed
-plans (DESIGN §6.3: the failure-time decision is a lookup), and much faster than the full DP."""
+plans (docs/ARCHITECTURE.md §7.4-7.5: the failure-time decision is a lookup), and much faster than the full
+DP."""
 
 from __future__ import annotations
 

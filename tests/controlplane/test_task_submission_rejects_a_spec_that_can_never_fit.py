@@ -1,4 +1,4 @@
-"""A task that can never run on this cluster is refused at submission (DESIGN §12), using the
+"""A task that can never run on this cluster is refused at submission (docs/ARCHITECTURE.md §8), using the
 planning core's feasibility model (x_min)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """When no live process holds a shard any more, the new epoch's ranks take their state from a complete
 in-memory snapshot an agent listed (its own node's copy first, else a peer's through its endpoint),
-before the persistent checkpoint (DESIGN §7, nearest principle)."""
+before the persistent checkpoint (docs/ARCHITECTURE.md §7.6, nearest principle)."""
 
 from __future__ import annotations
 

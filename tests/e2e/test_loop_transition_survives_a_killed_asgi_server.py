@@ -1,5 +1,6 @@
 """Killing the ASGI server (daphne: every agent link) mid-transition leaves no transition stuck, no
-device in two active allocations and no failure event lost or doubled (DESIGN §12): a new server on
+device in two active allocations and no failure event lost or doubled (docs/ARCHITECTURE.md §8): a new server
+on
 the same port gets the agents back (they reconnect with backoff and re-send what was not confirmed),
 the outbox re-sends the commands that were not acknowledged, and the transition completes (or rolls
 back and a later one completes)."""

@@ -1,4 +1,5 @@
-"""What a node's agent may speak for (DESIGN §4): its own ranks, and snapshots of tasks it serves.
+"""What a node's agent may speak for (docs/ARCHITECTURE.md §6): its own ranks, and snapshots of tasks it
+serves.
 
 A node token authenticates the agent link as one node; these checks authorise each message's content
 against that node's allocations, so a node cannot report for another node's ranks or tasks:
@@ -94,9 +95,17 @@ def list_granted_tasks(node: Node) -> list[int]:
 
 
 def list_snapshot_keys(node: Node) -> dict[str, str]:
-    """``task id → snapshot secret`` of the tasks whose replicas ``node`` keeps (see
-    :func:`list_granted_tasks`) and that it runs no worker of (those get the key in their commands)."""
-    granted = list_granted_tasks(node)
+    """``task id → snapshot secret`` of the tasks whose snapshots ``node`` keeps and serves: those it is
+    a replica peer of (:func:`list_granted_tasks`) and those with an active allocation on it (their
+    commands carry the key too, but an agent that restarted has lost it until the next command)."""
+    from controlplane.apps.training.choices import TERMINAL_TASK_STATES
+
+    running = (
+        Allocation.objects.filter(active=True, device__node=node)
+        .exclude(task__state__in=list(TERMINAL_TASK_STATES))
+        .values_list("task_id", flat=True)
+    )
+    granted = sorted(set(list_granted_tasks(node)) | set(running))
     if not granted:
         return {}
     return {

@@ -152,7 +152,7 @@ def revive_node(node_id: int, warming: bool = False) -> str:
 
 @transaction.atomic
 def mark_link_closed(node_id: int, code: int | None) -> str | None:
-    """Socket closed: a healthy node becomes suspect at once (DESIGN §5.1 socket state)."""
+    """Socket closed: a healthy node becomes suspect at once (docs/ARCHITECTURE.md §7.1 socket state)."""
     node = Node.objects.select_for_update().filter(pk=node_id).first()
     if node is None:
         return None

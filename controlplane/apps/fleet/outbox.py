@@ -1,4 +1,4 @@
-"""The agent command outbox on the wire (DESIGN §2, §4).
+"""The agent command outbox on the wire (docs/ARCHITECTURE.md §2, §6).
 
 The :class:`~controlplane.apps.fleet.models.AgentCommand` row is the source of truth; this module only
 

@@ -117,7 +117,8 @@ def do_record_agent_heartbeat(node_id: int) -> str | None:
 
 
 def do_record_snapshots(node_id: int, snapshots: list[dict[str, Any]], endpoint: str | None = None) -> None:
-    """The in-memory snapshots a node's agent holds (state sources for transitions, DESIGN §7)."""
+    """The in-memory snapshots a node's agent holds (state sources for transitions, docs/ARCHITECTURE.md
+    §7.6)."""
     fields: dict[str, Any] = {"snapshots": snapshots}
     if endpoint is not None:
         fields["snapshot_endpoint"] = endpoint
@@ -145,7 +146,7 @@ def do_drain_node(actor: Actor, node: Node) -> Node:
 
 @transaction.atomic
 def do_quarantine_node(actor: Actor, node: Node, reason: str) -> Node:
-    """Keep a node that keeps failing out of plans until an operator clears it (DESIGN §5.2)."""
+    """Keep a node that keeps failing out of plans until an operator clears it (docs/ARCHITECTURE.md §7.2)."""
     if Node.objects.filter(pk=node.pk, quarantined=False).update(quarantined=True) != 1:
         raise Conflict(f"Node {node.name} is already quarantined.")
     node.refresh_from_db()
@@ -296,7 +297,7 @@ def do_requeue_unacked_commands(node: Node) -> int:
     return AgentCommand.objects.filter(node=node, state=CommandState.SENT).update(state=CommandState.PENDING)
 
 
-# --- fault-injection drills (DESIGN §12: operators inject faults) ------------------------------
+# --- fault-injection drills (docs/ARCHITECTURE.md §8: operators inject faults) ------------------------------
 # ``POST /api/v1/nodes/{id}/inject-fault/``: ``check_inject_fault`` validates the fault against the rows
 # (the target task must be running on the node, the rank must be one of its ranks there) and
 # ``do_inject_fault`` queues an ``inject_fault`` command in the node's outbox (the agent link sends it,

@@ -1,4 +1,4 @@
-"""Node health watchdog (DESIGN §5.1, node health monitoring): Celery beat runs
+"""Node health watchdog (docs/ARCHITECTURE.md §7.1, node health monitoring): Celery beat runs
 ``fleet.check_node_health`` every second (schedule created by migration 0003).
 
 A node whose last heartbeat is older than ``UNICRON_SUSPECT_AFTER_S`` becomes ``suspect``; older than

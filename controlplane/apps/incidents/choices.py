@@ -1,4 +1,4 @@
-"""Failure taxonomy labels (DESIGN §5) and the alert state machine."""
+"""Failure taxonomy labels (docs/ARCHITECTURE.md §7.1-7.2) and the alert state machine."""
 
 from __future__ import annotations
 

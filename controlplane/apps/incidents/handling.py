@@ -1,4 +1,5 @@
-"""Failure handling (DESIGN §5.2): correlate a task's failure events, act once, escalate when the action
+"""Failure handling (docs/ARCHITECTURE.md §7.2): correlate a task's failure events, act once, escalate when
+the action
 fails, quarantine repeat offenders.
 
 ``incidents.handle_failure(event_id)`` runs this after a short settle window. Under the orchestration

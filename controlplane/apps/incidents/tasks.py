@@ -1,5 +1,5 @@
 """Celery task of failure handling (ids only): ``incidents.handle_failure`` — enqueued after commit for
-every failure event whose action is not ``none``, after the settle window (DESIGN §5.2)."""
+every failure event whose action is not ``none``, after the settle window (docs/ARCHITECTURE.md §7.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The healthy-cluster optimum: the planner's best cluster WAF if every registered, non-quarantined node
-were healthy (the reference line of the overview's WAF chart, DESIGN §6.1).
+were healthy (the reference line of the overview's WAF chart, docs/ARCHITECTURE.md §7.3).
 
 The problem is the coordinator's own (``planning.selectors.build_planning_problem(healthy=True)``): the
 same tasks (pending, running, reconfiguring, suspended), throughput tables with the efficiency factors

@@ -244,7 +244,7 @@ def get_latest_cluster_sample(kind: str) -> LatestSample | None:
 
 @dataclass(frozen=True)
 class Summary:
-    """The overview's headline figures (DESIGN §3, issue 7), each computed in SQL."""
+    """The overview's headline figures (docs/ARCHITECTURE.md §5, issue 7), each computed in SQL."""
 
     at: datetime
     waf: LatestSample | None

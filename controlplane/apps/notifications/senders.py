@@ -60,7 +60,7 @@ def send_apprise(url: str, note: AlertNotification) -> SendResult:
     if service is None:
         return SendResult(Verdict.PERMANENT, None, "Apprise does not understand the route's URL")
     notify_type = apprise.NotifyType.FAILURE if note.type == "alert.fired" else apprise.NotifyType.SUCCESS
-    with apprise.LogCapture(level=apprise.logging.WARNING) as logs:  # type: ignore[no-untyped-call]
+    with apprise.LogCapture(level=apprise.logging.WARNING, fmt="%(message)s") as logs:  # type: ignore[no-untyped-call]
         ok = bool(service.notify(body=note.text, title=note.title, notify_type=notify_type))
         captured = logs.getvalue()
     if ok:

@@ -73,7 +73,7 @@ STEP_MACHINE: StateMachine = StateMachine(
 
 
 class MigrationSource(models.TextChoices):
-    """Where a worker's state came from, nearest first (DESIGN §7)."""
+    """Where a worker's state came from, nearest first (docs/ARCHITECTURE.md §7.6)."""
 
     OWN_DEVICE = "own_device"
     SAME_NODE_DEVICE = "same_node_device"

@@ -6,7 +6,8 @@ from controlplane.apps.planning.choices import PlanTrigger, StepState, Transitio
 
 
 class Plan(models.Model):
-    """One output of the planner: worker counts and parallel configs for every task (DESIGN §6)."""
+    """One output of the planner: worker counts and parallel configs for every task (docs/ARCHITECTURE.md
+    §7.3-7.5)."""
 
     trigger = models.CharField(max_length=32, choices=PlanTrigger.choices)
     failure_event = models.ForeignKey(

@@ -1,4 +1,5 @@
-"""Transitions as persisted state machines (DESIGN §2, §7): acks and reports advance them, a beat task
+"""Transitions as persisted state machines (docs/ARCHITECTURE.md §2, §7.6): acks and reports advance them, a
+beat task
 times them out. Celery never waits for an agent: each arrival enqueues ``planning.advance_transition``,
 which reads the rows and moves what can move.
 

@@ -1,4 +1,5 @@
-"""The workload manager (DESIGN §6-7): plan every task, then carry each change out as a transition.
+"""The workload manager (docs/ARCHITECTURE.md §7.3-7.6): plan every task, then carry each change out as a
+transition.
 
 One decision at a time: every entry point takes a PostgreSQL advisory lock (transaction-scoped) first,
 so two re-plans, or a re-plan and a failure action, never interleave; a crashed worker's lock goes with
@@ -486,7 +487,8 @@ REACHABLE_NODE_STATES = (NodeState.HEALTHY, NodeState.ISOLATED, NodeState.DRAINI
 
 
 def snapshot_replica_of(node: str, view: ClusterView) -> str | None:
-    """The snapshot server of the peer that keeps ``node``'s in-memory snapshot copies (DESIGN §7): the
+    """The snapshot server of the peer that keeps ``node``'s in-memory snapshot copies (docs/ARCHITECTURE.md
+    §7.6): the
     next usable node after it (by name, cyclically) that serves snapshots, so that losing ``node``
     leaves a copy elsewhere; None on a single node."""
     names = sorted(n for n in view.usable_nodes if n != node and view.nodes_by_name[n].snapshot_endpoint)
@@ -774,7 +776,7 @@ def restart_in_place(
 
 
 # --------------------------------------------------------------------------------------------------
-# Calibration of the throughput model with measured iteration times (DESIGN §6.1)
+# Calibration of the throughput model with measured iteration times (docs/ARCHITECTURE.md §7.3)
 # --------------------------------------------------------------------------------------------------
 
 CALIBRATION_SAMPLES = 20
@@ -876,7 +878,8 @@ def recalibrate_tasks(view: ClusterView) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Stragglers: isolate only when running without the slow device is worth more (DESIGN §5.2, §6)
+# Stragglers: isolate only when running without the slow device is worth more (docs/ARCHITECTURE.md §7.2,
+# §7.3-7.5)
 # --------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""What-if simulations of the live cluster (DESIGN §9): snapshot the current nodes and tasks, replay a
+"""What-if simulations of the live cluster (docs/EVALUATION.md): snapshot the current nodes and tasks, replay
+a
 failure trace against them under every policy with the pure simulator, store the report.
 
 ``do_request_simulation`` validates and stores the request and enqueues the job after commit;

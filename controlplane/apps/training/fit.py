@@ -1,4 +1,5 @@
-"""Can a task spec ever run on this cluster? (DESIGN §6.1 feasibility, §12 "a spec that can never fit").
+"""Can a task spec ever run on this cluster? (docs/ARCHITECTURE.md §7.3 feasibility, §12 "a spec that can
+never fit").
 
 A thin adapter over the pure throughput model in ``controlplane.core.planning``: for each device kind
 present in the cluster, ``x_min`` is the smallest worker count ``x`` (a multiple of the allocation

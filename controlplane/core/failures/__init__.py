@@ -1,4 +1,4 @@
-"""Failures core (DESIGN §5): classification (evidence → severity → action) and detectors.
+"""Failures core (docs/ARCHITECTURE.md §7.1-7.2): classification (evidence → severity → action) and detectors.
 
 - ``classification``: :class:`Evidence`, :class:`Severity`, :class:`Action`, :class:`Classification`,
   :data:`RULES`, :func:`classify`, :func:`classify_evidence`, :func:`should_quarantine`,

@@ -1,4 +1,4 @@
-"""Failure classification (DESIGN §5.2): evidence → severity → action, table-driven and pure.
+"""Failure classification (docs/ARCHITECTURE.md §7.2): evidence → severity → action, table-driven and pure.
 
 API:
 - :class:`Evidence` — what a detector saw (detector kind, exit code / signal, exception type and

@@ -1,4 +1,5 @@
-"""In-band detectors as pure, dependency-free code (DESIGN §5.1). The node agent runs these live.
+"""In-band detectors as pure, dependency-free code (docs/ARCHITECTURE.md §7.1). The node agent runs these
+live.
 
 API:
 - :func:`heartbeat_expired`, :func:`heartbeat_deadline`, :func:`expired_nodes` — node health;

@@ -1,4 +1,5 @@
-"""Failure correlation (DESIGN §5.2): one action per task and epoch, on the most severe evidence.
+"""Failure correlation (docs/ARCHITECTURE.md §7.2): one action per task and epoch, on the most severe
+evidence.
 
 One fault produces several reports: a crashed rank (sev2, process supervision) makes its peers fail
 their collective a few milliseconds later ("connection reset", sev3); a lost node (sev1, node health,

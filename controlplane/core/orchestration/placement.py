@@ -1,6 +1,6 @@
 """Placement: a worker count and a parallel layout -> concrete devices and Megatron ranks.
 
-Rules (DESIGN §6-7):
+Rules (docs/ARCHITECTURE.md §7.3-7.6):
 
 - **Keep** the task's current healthy devices where possible (their processes may survive in place);
   fill from free devices, **preferring nodes the task already uses**, then the nodes with the most

@@ -1,4 +1,5 @@
-"""Planning core (DESIGN §6): throughput model, WAF, the DP planner, precomputed plans, heuristics.
+"""Planning core (docs/ARCHITECTURE.md §7.3-7.5): throughput model, WAF, the DP planner, precomputed plans,
+heuristics.
 
 Pure Python (+ numpy for the DP's vectorised inner loop); no Django, Celery, Channels or torch.
 

@@ -54,7 +54,8 @@ _KINDS = (
     # NVIDIA H200 SXM datasheet: same compute and NVLink as H100, 141 GB HBM3e; DGX H200 networking
     # as DGX H100.
     DeviceKind("h200", 989e12, 141 * GB, 8, 450 * GB, 50 * GB, memory_overhead_bytes=3 * GB),
-    # A CPU slot for local runs (DESIGN §8): one worker, one thread. Nominal peak of one modern x86
+    # A CPU slot for local runs (docs/ARCHITECTURE.md §2): one worker, one thread. Nominal peak of one modern
+    # x86
     # core: 2 FMA units x 8 fp32 lanes x 2 FLOP x ~3 GHz ~= 96 GFLOP/s; PyTorch on one thread reaches a
     # fraction of that, which calibration captures. 4 GiB per slot; gloo over loopback ~1 GB/s
     # (shared memory) and ~0.5 GB/s between machines. Four slots per node agent by default.

@@ -1,4 +1,5 @@
-"""Heuristic planners for comparison with the DP (DESIGN §6.3). Same signature as :func:`plan`.
+"""Heuristic planners for comparison with the DP (docs/ARCHITECTURE.md §7.4-7.5). Same signature as
+:func:`plan`.
 
 - :func:`equal_split_plan` — every task gets an equal share of the units, rounded down to a
   feasible count; leftovers go, heaviest task first, to whoever can use them.

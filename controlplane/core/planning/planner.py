@@ -1,4 +1,4 @@
-"""The planner (DESIGN §6.2-6.3): a dynamic program over allocation units and feasible counts.
+"""The planner (docs/ARCHITECTURE.md §7.4-7.5): a dynamic program over allocation units and feasible counts.
 
 API:
 - :class:`TaskState` — one task as the planner sees it (weight, throughput table, current workers,

@@ -1,4 +1,4 @@
-"""Precomputed plans (DESIGN §6.3): the failure-time decision is a lookup.
+"""Precomputed plans (docs/ARCHITECTURE.md §7.4-7.5): the failure-time decision is a lookup.
 
 API:
 - Events: :class:`NodeLost`, :class:`NodeReturned`, :class:`TaskCompleted` (``PlanEvent`` union).

@@ -1,4 +1,5 @@
-"""Throughput model T(t, x) (DESIGN §6.1): parallel configs, iteration time, tables, calibration.
+"""Throughput model T(t, x) (docs/ARCHITECTURE.md §7.3): parallel configs, iteration time, tables,
+calibration.
 
 API:
 - :class:`ParallelConfig` — (tp, pp, dp, micro_batch, micro_batches per replica, recompute).

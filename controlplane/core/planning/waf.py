@@ -1,4 +1,4 @@
-"""Weighted achieved FLOP/s (WAF), the gain G, D_running and D_transition (DESIGN §6.1-6.2).
+"""Weighted achieved FLOP/s (WAF), the gain G, D_running and D_transition (docs/ARCHITECTURE.md §7.3-7.4).
 
 API:
 - :func:`waf` — F(t, x) = w(t)·T(t, x) where x is feasible (and within the task's bounds), else 0.

@@ -1,4 +1,4 @@
-"""Agent ⇄ coordinator wire protocol (DESIGN §4). Pure: pydantic only, no Django.
+"""Agent ⇄ coordinator wire protocol (docs/ARCHITECTURE.md §6). Pure: pydantic only, no Django.
 
 Transport: one WebSocket per agent at ``/ws/agent/``. The agent authenticates with the HTTP header
 ``Authorization: Bearer <node token>`` on the opening handshake (:data:`AUTH_HEADER`). Each frame

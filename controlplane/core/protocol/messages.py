@@ -1,4 +1,4 @@
-"""Wire messages between a node agent and the coordinator (DESIGN §4).
+"""Wire messages between a node agent and the coordinator (docs/ARCHITECTURE.md §6).
 
 Every frame on the agent link is one JSON object: an *envelope* carrying one *message*::
 
@@ -120,7 +120,7 @@ class ParallelConfig(_Model):
 
 
 class ModelSpec(_Model):
-    """GPT model and batch shape (DESIGN §3 TrainingTask.model spec)."""
+    """GPT model and batch shape (docs/ARCHITECTURE.md §5 TrainingTask.model spec)."""
 
     layers: int = Field(ge=1)
     hidden: int = Field(ge=1)
@@ -152,7 +152,7 @@ StateSourceKind = Literal[
 
 
 class StateSource(_Model):
-    """Where a rank takes its model state from (nearest principle, DESIGN §7)."""
+    """Where a rank takes its model state from (nearest principle, docs/ARCHITECTURE.md §7.6)."""
 
     rank: int = Field(ge=0)
     kind: StateSourceKind
@@ -355,7 +355,7 @@ TransitionPhase = Literal["teardown", "rendezvous", "migrate", "recompute", "fir
 
 
 class TransitionReport(_Model):
-    """A rank finished moving into a new epoch (DESIGN §7): how, from where, and what it cost.
+    """A rank finished moving into a new epoch (docs/ARCHITECTURE.md §7.6): how, from where, and what it cost.
 
     Sent once per rank after its first completed iteration in the new epoch. ``phases_s`` holds the
     time spent per phase (teardown of the old groups, rendezvous of the new ones, state migration,
@@ -446,7 +446,8 @@ class StopWorkersCommand(_Command):
 
 
 class ReconfigureCommand(_Command):
-    """Move the task's local workers to a new epoch: new ranks / world / parallel config (DESIGN §7).
+    """Move the task's local workers to a new epoch: new ranks / world / parallel config
+    (docs/ARCHITECTURE.md §7.6).
 
     Ranks listed in ``survivors`` whose process is still alive on this node rebuild their process
     groups in place, keeping model, optimizer and accumulated gradients; the other local ranks of
@@ -467,9 +468,10 @@ class ReconfigureCommand(_Command):
 
 
 class SnapshotGrant(_Model):
-    """The snapshot key of a task this node runs no worker of but whose snapshots it keeps and serves: it
-    is the replica peer (``WorkerLaunch.snapshot_replica``) of a node that runs the task. Sent by the
-    coordinator on hello and when a launch names the node as a replica peer; not a command (no ack)."""
+    """The snapshot key of a task whose snapshots this node keeps and serves: it is the replica peer
+    (``WorkerLaunch.snapshot_replica``) of a node that runs the task, or it runs the task and its agent
+    restarted (the key came in commands it no longer remembers). Sent by the coordinator after hello and
+    when a launch names the node as a replica peer; not a command (no ack)."""
 
     type: Literal["snapshot_grant"] = "snapshot_grant"
     task_id: Name

@@ -1,4 +1,4 @@
-"""Trace-driven simulator (DESIGN §9): failure traces, a discrete-event engine, our policy on the
+"""Trace-driven simulator (docs/EVALUATION.md): failure traces, a discrete-event engine, our policy on the
 planning core, checkpoint-restart and elastic baseline models, experiments and reports.
 
 Entry points: `controlplane.core.sim.api.simulate(SimulationRequest) -> SimulationReport` and the CLI

@@ -67,7 +67,7 @@ class _StaticPolicy(Policy):
 
 @dataclass(frozen=True)
 class CheckpointRestartParams:
-    # DESIGN §13 / Unicron paper §2 (observed restart path in Alibaba's clusters): ~68 min per
+    # docs/EVALUATION.md / Unicron paper §2 (observed restart path in Alibaba's clusters): ~68 min per
     # failure = 30 min detection (collective timeout / heartbeat) + 9 min requeue + 14 min setup
     # + 15 min recompute on average. The recompute is simulated from the checkpoint interval:
     # a 30 min interval loses 15 min on average.

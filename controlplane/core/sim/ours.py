@@ -3,7 +3,7 @@ and the failures core's classification, called unchanged; plus its ablations.
 
 Only glue lives here: mapping sim tasks to `GPTSpec`/`TaskState`, failure kinds to `Evidence`, and
 a plan's new counts to `Change`s. Latencies come from `LatencyProfile` (measured benchmark results
-when present, else the DESIGN §5.1 targets).
+when present, else the docs/ARCHITECTURE.md §7.1 targets).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class PlannerThroughput:
 class LatencyProfile:
     """Detection latency per failure kind and the costs of our actions, in seconds.
 
-    Defaults are the DESIGN §5.1 targets (crash/exception <= 1 s, node loss <= 3 s, hang <=
+    Defaults are the docs/ARCHITECTURE.md §7.1 targets (crash/exception <= 1 s, node loss <= 3 s, hang <=
     max(3 x median iteration, 5 s)); `load_latency_profile` replaces them with measured values from
     `bench/results` when a benchmark has written them. `source` says which was used.
     """
@@ -138,7 +138,7 @@ class LatencyProfile:
     restart_s: float = 30.0
     #: time for a precomputed-plan lookup; a full DP is charged by `dp_decision_s`
     lookup_s: float = 0.001
-    source: str = "DESIGN §5.1 targets (no benchmark results found)"
+    source: str = "docs/ARCHITECTURE.md §7.1 targets (no benchmark results found)"
 
     def detection_for(self, kind: FailureKind, iteration_s: float) -> float:
         if kind is FailureKind.COLLECTIVE_TIMEOUT:
@@ -189,7 +189,7 @@ def load_latency_profile(results_dir: str | Path = "bench/results") -> LatencyPr
 # Classification
 # --------------------------------------------------------------------------------------------------
 
-# What the agents would report for each kind of failure (DESIGN §5.1 detectors).
+# What the agents would report for each kind of failure (docs/ARCHITECTURE.md §7.1 detectors).
 EVIDENCE: dict[FailureKind, Evidence] = {
     FailureKind.NETWORK_TRANSIENT: Evidence(
         "exception", exception_type="ConnectionResetError", message="Connection reset by peer"
@@ -234,7 +234,7 @@ class OursOptions:
     partial_reuse: bool = True
     #: persistent checkpoints (only used by the rollback paths)
     checkpoint_interval_s: float = 30 * 60.0
-    #: full-DP decision time when not precomputed: DESIGN §11 target of 2 s at 16,384 GPUs / 64
+    #: full-DP decision time when not precomputed: docs/EVALUATION.md target of 2 s at 16,384 GPUs / 64
     #: tasks, scaled linearly in tasks x nodes^2 (the DP's O(m·n²)); our DP is far faster at 128 GPUs
     dp_reference_s: float = 2.0
 

@@ -114,7 +114,7 @@ class FailureProfile:
     mix: tuple[tuple[FailureKind, float], ...]
     repair_median_s: tuple[tuple[FailureKind, float], ...] = (
         # ASSUMPTION: a GPU swap (drain, replace, burn-in) takes a working day; a lost host
-        # (reboot, re-image, cable/switch port swap) a few hours. DESIGN §13 only says "~37 % of
+        # (reboot, re-image, cable/switch port swap) a few hours. docs/EVALUATION.md only says "~37 % of
         # hardware failures leave tasks degraded for hours"; these medians are chosen to match that.
         (FailureKind.GPU_HARDWARE, 8 * HOUR_S),
         (FailureKind.NODE_LOSS, 3 * HOUR_S),
@@ -168,8 +168,8 @@ LLAMA3 = FailureProfile(
     source="Llama 3 paper: 419 interruptions / 54 days / 16,384 GPUs, ~78 % hardware",
 )
 
-# Ant Group (DLRover reports, cited in DESIGN §13): ~0.27 % of GPUs fail per day. Mix: the
-# Unicron paper's observation (DESIGN §13) that 73 % of failures are transient and 27 % hardware.
+# Ant Group (DLRover reports, cited in docs/EVALUATION.md): ~0.27 % of GPUs fail per day. Mix: the
+# Unicron paper's observation (docs/EVALUATION.md) that 73 % of failures are transient and 27 % hardware.
 # ASSUMPTION: the 73 % transient is split evenly between network-type (sev3) and process-type
 # (sev2) errors; the 27 % hardware 2:1 between GPU and node. The paper gives no finer split.
 ANT_RATE_PER_GPU_DAY = 0.0027
@@ -185,7 +185,7 @@ ANT = FailureProfile(
         (FailureKind.GPU_HARDWARE, 0.18),
         (FailureKind.NODE_LOSS, 0.09),
     ),
-    source="Ant Group ~0.27 %/GPU/day; 73/27 transient/hardware (Unicron paper, DESIGN §13)",
+    source="Ant Group ~0.27 %/GPU/day; 73/27 transient/hardware (Unicron paper, docs/EVALUATION.md)",
 )
 
 PROFILES: dict[str, FailureProfile] = {p.name: p for p in (LLAMA3, ANT)}

@@ -1,4 +1,5 @@
-"""Transitions (DESIGN §7): where each rank of a new epoch takes its state from, and what it costs.
+"""Transitions (docs/ARCHITECTURE.md §7.6): where each rank of a new epoch takes its state from, and what it
+costs.
 
 Pure: no Django, no torch. ``migration`` chooses state sources by the nearest principle;
 ``snapshots`` turns agents' snapshot reports into the complete copies it chooses from; ``deadlines``

@@ -1,4 +1,5 @@
-"""Transition step deadlines that follow the host (DESIGN §2: a periodic task times out stuck steps).
+"""Transition step deadlines that follow the host (docs/ARCHITECTURE.md §2: a periodic task times out stuck
+steps).
 
 A step's deadline is a configured floor, or ``iterations`` of the task's recent median iteration time
 when that is longer, and never more than ``max_factor`` times the floor. The floors (``UNICRON_STEP_

@@ -1,4 +1,4 @@
-"""Nearest-principle state migration (DESIGN §7).
+"""Nearest-principle state migration (docs/ARCHITECTURE.md §7.6).
 
 A rank of the new epoch needs the model + optimizer state of its shard ``(tp_rank, pp_rank)`` under
 the new ``(tp, pp)``. The sources, nearest first:

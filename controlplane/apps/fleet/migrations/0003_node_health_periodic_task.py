@@ -23,7 +23,7 @@ def schedule(apps: Any, schema_editor: Any) -> None:
             "enabled": True,
             # a tick not picked up within 2 s is useless: the next one is already queued
             "expire_seconds": 2,
-            "description": "Node health watchdog: silent nodes become suspect, then lost (DESIGN §5.1).",
+            "description": "Node health watchdog: silent nodes become suspect, then lost (docs/ARCHITECTURE.md §7.1).",
         },
     )
     # tell a running beat (DatabaseScheduler) that the schedule changed

@@ -24,7 +24,7 @@ def schedule(apps: Any, schema_editor: Any) -> None:
             "enabled": True,
             "expire_seconds": 2,
             "description": "Transition watchdog: overdue steps fail and escalate; stuck work resumes "
-            "(DESIGN §2, §12).",
+            "(docs/ARCHITECTURE.md §2, §8).",
         },
     )
     periodic_tasks.objects.update_or_create(ident=1, defaults={"last_update": timezone.now()})
