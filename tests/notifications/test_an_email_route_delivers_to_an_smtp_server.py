@@ -2,9 +2,12 @@ from __future__ import annotations
 
 from email import message_from_bytes, policy
 
+import pytest
+
 from controlplane.apps.notifications.models import AlertDelivery, AlertRoute
+from controlplane.apps.notifications.services import do_deliver_alert
 from tests.notifications.conftest import Worker, raise_alert
-from tests.notifications.receivers import SmtpSink, wait_for
+from tests.notifications.receivers import SmtpSink, free_port, wait_for
 
 
 def test_an_apprise_mailto_route_sends_the_alert_by_plain_smtp(
@@ -31,3 +34,23 @@ def test_an_apprise_mailto_route_sends_the_alert_by_plain_smtp(
     wait_for(
         "the delivery to be recorded as sent", lambda: AlertDelivery.objects.filter(state="sent").exists()
     )
+
+
+def test_an_unreachable_smtp_server_is_retried_and_named_in_the_reason(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UNICRON_ALERT_MAX_ATTEMPTS", "2")
+    monkeypatch.setenv("UNICRON_ALERT_RETRY_BASE_S", "0")
+    AlertRoute.objects.create(
+        name="on-call e-mail",
+        destination="apprise",
+        url=f"mailto://127.0.0.1:{free_port()}?from=unicron@example.org&to=oncall@example.org",
+    )
+    delivery = AlertDelivery.objects.get(alert=raise_alert())
+
+    first = do_deliver_alert(delivery.pk)
+    last = do_deliver_alert(delivery.pk)
+
+    assert first.status == "retry"
+    assert first.detail == 'Connection error while submitting email to "127.0.0.1"'
+    assert (last.status, last.detail) == ("failed", f"gave up after 2 attempts; last: {first.detail}")
