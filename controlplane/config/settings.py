@@ -37,7 +37,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 DEBUG = env_bool("DEBUG", False)
 _secret = env_str("SECRET_KEY")
 if _secret is None:
-    if not DEBUG and env_bool("UNICRON_REQUIRE_SECRET", False):
+    if env_bool("UNICRON_REQUIRE_SECRET", False):  # refuse at settings load, any command, even with DEBUG
         raise ConfigError("SECRET_KEY must be set when UNICRON_REQUIRE_SECRET is true")
     # Without DEBUG there is no fallback: Django refuses to sign with an empty key, and the ASGI server
     # (controlplane.config.asgi) refuses to start, naming SECRET_KEY. Tools that sign nothing
