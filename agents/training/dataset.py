@@ -23,6 +23,7 @@ import contextlib
 import copy
 import fcntl
 import hashlib
+import struct
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -32,10 +33,11 @@ from typing import Any, NamedTuple
 import torch
 from tokenizers import Tokenizer
 
-from agents.data.prepare import EOD_CANDIDATES
+from agents.data.prepare import eod_id
 from controlplane.core.recipe import BlendEntry, DataSection
 
 LOCK_FILE = ".build.lock"
+_INDEX_MAGIC = b"MMIDIDX\x00\x00"
 
 
 class DatasetError(Exception):
@@ -76,15 +78,8 @@ class RecipeTokenizer:
             raise DatasetError(f"data.tokenizer: {path} is not a tokenizer.json ({e})") from None
         self.path = path
         self.vocab_size = int(self.tokenizer.get_vocab_size(with_added_tokens=True))
-        eod = next(
-            (
-                self.tokenizer.token_to_id(t)
-                for t in EOD_CANDIDATES
-                if self.tokenizer.token_to_id(t) is not None
-            ),
-            None,
-        )
-        self.eod = -1 if eod is None else int(eod)
+        eod = eod_id(self.tokenizer)
+        self.eod = -1 if eod is None else eod
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         self.unique_identifiers = {"class": "RecipeTokenizer", "sha256": digest}
 
@@ -152,6 +147,36 @@ def _check_blend(
     # One prefix needs no blending (and Megatron then builds no BlendedDataset over it).
     weights = None if len(entries) == 1 else [e.weight for e in entries]
     return prefixes, weights
+
+
+def sequence_count(prefix: str) -> int:
+    """Sequences (documents, as ``prepare`` writes them) of an indexed dataset, from its header."""
+    with open(f"{prefix}.idx", "rb") as f:
+        header = f.read(34)  # magic (9), version (8), dtype (1), sequence count (8), document count (8)
+    if len(header) < 34 or header[:9] != _INDEX_MAGIC:
+        raise DatasetError(f"{prefix}.idx: not a Megatron indexed dataset index")
+    return int(struct.unpack("<Q", header[18:26])[0])
+
+
+def _check_not_empty(field: str, prefixes: list[str]) -> None:
+    for i, prefix in enumerate(prefixes):
+        if sequence_count(prefix) == 0:
+            raise DatasetError(f"data.{field}.{i}.path_prefix: {prefix} holds no documents")
+
+
+def _check_split(split: str, split_matrix: list[tuple[float, float] | None], prefixes: list[str]) -> None:
+    """Every share of the split must give each prefix at least one document: megatron-core never
+    finishes building a split without tokens (it adds epochs until they hold the samples asked)."""
+    for name, bookends in zip(("train", "validation", "test"), split_matrix, strict=True):
+        if bookends is None:
+            continue
+        for prefix in prefixes:
+            n = sequence_count(prefix)
+            if round(bookends[1] * n) <= round(bookends[0] * n):  # megatron-core rounds the same way
+                raise DatasetError(
+                    f'data.split: the {name} share of "{split}" gives no document of {prefix} '
+                    f"({n} documents); make the share larger (or 0) or the dataset bigger"
+                )
 
 
 @contextlib.contextmanager
@@ -235,11 +260,16 @@ def build_datasets(
         assert data.split is not None
         blend = _check_blend("blend", data.blend, base_dir)
         config = config_cls(blend=blend, split=data.split, **common)
+        _check_split(data.split, config.split_matrix, blend[0])
     else:
         assert data.train is not None
         train = _check_blend("train", data.train, base_dir)
+        _check_not_empty("train", train[0])
         valid = None if data.valid is None else _check_blend("valid", data.valid, base_dir)
-        config = config_cls(blend_per_split=[train, valid, None], **common)
+        if valid is not None:
+            _check_not_empty("valid", valid[0])
+        # Without validation samples to read, the validation blend is checked but not built.
+        config = config_cls(blend_per_split=[train, valid if valid_samples else None, None], **common)
     cache_dir.mkdir(parents=True, exist_ok=True)
     sizes = [train_samples, valid_samples, 0]
     with _build_lock(cache_dir):

@@ -61,3 +61,19 @@ def test_relative_prefixes_are_read_from_the_base_directory(two_token_ranges: Pa
     data = {"tokenizer": "tokenizer.json", "train": [{"path_prefix": "low"}]}
     _build(data, tmp_path / "cache", base_dir=two_token_ranges)
     assert any((tmp_path / "cache").iterdir())
+
+
+def test_a_split_share_without_documents_is_named(two_token_ranges: Path, tmp_path: Path) -> None:
+    # 400 documents: a 0.1 % validation share rounds to none, which megatron-core would try to fill
+    # with epochs of nothing for ever.
+    data = {
+        "tokenizer": f"{two_token_ranges}/tokenizer.json",
+        "blend": [{"path_prefix": f"{two_token_ranges}/low"}],
+        "split": "999,1,0",
+    }
+    with pytest.raises(DatasetError) as refused:
+        _build(data, tmp_path / "cache")
+    assert str(refused.value) == (
+        f'data.split: the validation share of "999,1,0" gives no document of {two_token_ranges}/low '
+        "(400 documents); make the share larger (or 0) or the dataset bigger"
+    )
