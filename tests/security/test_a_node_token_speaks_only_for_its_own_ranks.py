@@ -127,7 +127,10 @@ async def test_the_node_that_runs_the_rank_is_still_heard(register: Register, co
     task = await task_on(owner)
     agent = await connect(owner.token, owner.name)
     await agent.hello(devices=1)
-    await agent.settle()
+    await agent.send_raw("not json")
+    grant = (await agent.receive())["message"]  # the key of the task it runs, then the refusal
+    assert (grant["type"], grant["task_id"]) == ("snapshot_grant", str(task.pk))
+    assert (await agent.receive())["message"]["code"] == "malformed"
 
     await agent.send(report(task.pk, {**STATS, "first_iteration": 6, "last_iteration": 7}))
     await agent.settle()
