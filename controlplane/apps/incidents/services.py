@@ -17,7 +17,7 @@ from controlplane.apps.common.errors import Conflict
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.incidents.choices import ALERT_MACHINE, Action, AlertState, Detector, Severity
 from controlplane.apps.incidents.models import Alert, FailureEvent
-from controlplane.apps.notifications.services import do_notify_alert_raised, do_notify_alert_resolved
+from controlplane.apps.incidents.signals import alert_raised, alert_resolved
 from controlplane.apps.training.models import TrainingTask
 
 
@@ -113,7 +113,7 @@ def do_raise_alert(
         node = source_event.node
     alert = Alert.objects.create(severity=severity, message=message, source_event=source_event, node=node)
     send_event_on_commit("alert.raised", alert_payload(alert))
-    do_notify_alert_raised(alert)  # deliveries to the matching routes, enqueued after commit
+    alert_raised.send(sender=Alert, alert=alert)  # notifications: deliveries to the matching routes
     return alert
 
 
@@ -169,5 +169,5 @@ def do_resolve_alert(actor: Actor, alert: Alert, comment: str) -> Alert:
         actor, "resolve_alert", alert, {"state": before}, {"state": alert.state, "comment": comment}
     )
     send_event_on_commit("alert.state", alert_payload(alert))
-    do_notify_alert_resolved(alert)  # a resolution to the routes that got the firing
+    alert_resolved.send(sender=Alert, alert=alert)  # notifications: a resolution to the routes that got it
     return alert

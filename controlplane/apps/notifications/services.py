@@ -106,6 +106,16 @@ def do_notify_alert_resolved(alert: Alert) -> list[AlertDelivery]:
     return _create_deliveries(alert, list_routes_that_got_firing(alert), DeliveryEvent.RESOLVED)
 
 
+def on_alert_raised(sender: object, alert: Alert, **_: object) -> None:
+    """Receiver of :data:`controlplane.apps.incidents.signals.alert_raised`."""
+    do_notify_alert_raised(alert)
+
+
+def on_alert_resolved(sender: object, alert: Alert, **_: object) -> None:
+    """Receiver of :data:`controlplane.apps.incidents.signals.alert_resolved`."""
+    do_notify_alert_resolved(alert)
+
+
 # --- deliver ---------------------------------------------------------------------------------------
 
 
