@@ -40,14 +40,9 @@ def api_server(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: 
 
 def issue_api_token(user: User) -> str:
     """A REST API key for ``user``, issued the way ``manage.py issue_api_token`` does."""
-    from controlplane.apps.accounts import services
+    from controlplane.apps.accounts.services import do_rotate_api_token
 
-    rotate = getattr(services, "do_rotate_api_token", None)
-    if rotate is not None:
-        return str(rotate(None, user)[1])
-    from rest_framework.authtoken.models import Token  # servers that still use DRF's own tokens
-
-    return str(Token.objects.create(user=user).key)
+    return str(do_rotate_api_token(None, user)[1])
 
 
 MakeToken = Callable[..., str]
