@@ -6,13 +6,14 @@ Against a live system (``make demo`` or a deployment: the Celery worker and the 
 with ``--start-worker`` a Celery worker of its own on ``DATABASE_URL`` / ``REDIS_URL`` (migrated). It
 starts a local HTTP receiver that answers every delivery 500, 500, then 200, creates a webhook route to
 it that takes sev1 alerts, raises ``--repeats`` sev1 alerts through ``incidents.services.do_raise_alert``
-(so the real on-commit enqueue, Celery worker, claim, backoff and signature are measured) and reports,
-per alert:
+(so the real on-commit enqueue, Celery worker, claim, backoff and signature are measured), resolves each
+once its firing is delivered, and reports, per alert:
 
 - **first request** (s): alert committed -> the receiver got the first attempt (enqueue + worker pickup);
 - **delivered** (s): alert committed -> the receiver answered 200 to the third attempt;
 - **attempts** and the **gaps** between them (the worker's ``UNICRON_ALERT_RETRY_BASE_S`` backoff, then
-  twice it), and whether every request's signature verified.
+  twice it), and whether every request's signature verified;
+- **resolution delivered** (s): alert resolved -> the receiver answered 200 to its resolution.
 
 The bench raises real sev1 alerts: it refuses to run while another enabled route would take them (a
 real pager) unless ``--allow-other-routes``. It deletes its route and resolves its alerts at the end.
@@ -108,16 +109,29 @@ def start_worker(log: Path) -> subprocess.Popen[bytes]:
     return process
 
 
-def measure_one(receiver: Receiver, index: int, timeout_s: float) -> dict[str, Any]:
-    t0 = time.time()
-    alert = do_raise_alert(Severity.SEV1, f"bench: alert delivery probe {index}")
-    delivery = AlertDelivery.objects.get(alert=alert)
+def wait_settled(delivery: AlertDelivery, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         delivery.refresh_from_db()
         if delivery.state in ("sent", "failed") or time.monotonic() > deadline:
-            break
+            return
         time.sleep(0.02)
+
+
+def measure_one(receiver: Receiver, index: int, timeout_s: float) -> dict[str, Any]:
+    t0 = time.time()
+    alert = do_raise_alert(Severity.SEV1, f"bench: alert delivery probe {index}")
+    delivery = AlertDelivery.objects.get(alert=alert)
+    wait_settled(delivery, timeout_s)
+    # then the operator resolves it: the resolution goes to the same route, through the same retries
+    resolved_at = time.time()
+    do_resolve_alert(None, alert, "bench probe")
+    resolution = AlertDelivery.objects.filter(alert=alert, event="resolved").first()
+    resolution_s = None
+    if resolution is not None:
+        wait_settled(resolution, timeout_s)
+        answered = receiver.hits.get(str(resolution.pk), [])
+        resolution_s = next((t - resolved_at for t, status, _ in answered if status == 200), None)
     hits = receiver.hits.get(str(delivery.pk), [])
     times = [t for t, _, _ in hits]
     return {
@@ -129,6 +143,7 @@ def measure_one(receiver: Receiver, index: int, timeout_s: float) -> dict[str, A
         "gaps_s": [b - a for a, b in itertools.pairwise(times)],
         "signed": all(signed for _, _, signed in hits) and bool(hits),
         "statuses": [status for _, status, _ in hits],
+        "resolution_s": resolution_s,
     }
 
 
@@ -140,21 +155,23 @@ def report(rows: list[dict[str, Any]], started_worker: bool) -> str:
         return "—" if x is None else f"{x:.3f}"
 
     lines = [
-        "# Alert delivery: sev1 alert -> a webhook answering 500, 500, 200",
+        "# Alert delivery: sev1 alert and its resolution -> a webhook answering 500, 500, 200",
         "",
         f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores), "
         f"`python bench/alert_delivery.py --repeats {len(rows)}{flag}`; "
         f"worker backoff base `UNICRON_ALERT_RETRY_BASE_S={base}` "
         "(as seen by this process; the worker's own environment decides).",
         "",
-        "| alert | state | attempts | answers | first request (s) | delivered (s) | gaps (s) | signed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| alert | state | attempts | answers | first request (s) | delivered (s) | gaps (s) | signed "
+        "| resolution delivered (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['alert'].pk} | {r['state']} | {r['attempts']} | {', '.join(map(str, r['statuses']))} "
             f"| {fmt(r['first_request_s'])} | {fmt(r['delivered_s'])} "
-            f"| {', '.join(f'{g:.3f}' for g in r['gaps_s'])} | {'yes' if r['signed'] else 'NO'} |"
+            f"| {', '.join(f'{g:.3f}' for g in r['gaps_s'])} | {'yes' if r['signed'] else 'NO'} "
+            f"| {fmt(r['resolution_s'])} |"
         )
     delivered = [r["delivered_s"] for r in rows if r["delivered_s"] is not None]
     first = [r["first_request_s"] for r in rows if r["first_request_s"] is not None]
@@ -164,7 +181,9 @@ def report(rows: list[dict[str, Any]], started_worker: bool) -> str:
             f"Median: first request after {statistics.median(first):.3f} s, delivered after "
             f"{statistics.median(delivered):.3f} s ({len(delivered)}/{len(rows)} delivered). The backoff "
             f"alone is {3 * float(base):g} s (base + twice the base, if the worker runs with base {base} s); "
-            "the rest is enqueue and pickup of the first message plus each retry's scheduling overhead."
+            "the rest is enqueue and pickup of the first message plus each retry's scheduling overhead. "
+            "Each alert is then resolved; its resolution goes to the same route through the same 500, 500, "
+            "200 (the last column: resolve -> the receiver's 200)."
         )
     else:
         lines.append(f"Nothing was delivered ({len(rows)} alerts): is a Celery worker running?")
@@ -213,7 +232,7 @@ def main() -> None:
         args.out.write_text(text)
         print(text)
     finally:
-        route.delete()  # before resolving: no resolutions to the bench's receiver
+        route.delete()  # before resolving what is left: no more requests to the bench's receiver
         for alert in alerts:
             alert.refresh_from_db()
             if alert.state != "resolved":
