@@ -72,7 +72,7 @@ class Worker:
         return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # torn down after this package: no worker consumes later tests' tasks
 def celery_worker(
     django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Worker]:
