@@ -6,8 +6,11 @@ The self-healing loop is not wired yet, so the test drives the same services the
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
+
+from playwright.sync_api import expect
 
 from tests.browser.conftest import assert_not_reloaded, mark_page, services
 
@@ -30,7 +33,8 @@ def test_fault_updates_alert_grid_and_waf_chart_live(cluster: Any, new_page: Any
     )
     page = new_page("operator")
     chart = "[data-testid=waf-chart] .chart"
-    page.wait_for_function(f"document.querySelector('{chart}')?.dataset.points > 0")
+    # a locator wait, not wait_for_function: a JavaScript string needs 'unsafe-eval', which the CSP refuses
+    expect(page.locator(chart)).to_have_attribute("data-points", re.compile(r"^[1-9][0-9]*$"))
     points = int(page.get_attribute(chart, "data-points"))
     page.wait_for_selector("[data-node='node-c'][data-health='healthy']")
     mark_page(page)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from playwright.sync_api import expect
+
 from tests.browser.conftest import assert_not_reloaded, mark_page, services
 
 
@@ -52,6 +54,6 @@ def test_submit_shows_field_errors_then_task_starts_live(cluster: Any, new_page:
         str(workers)
     )
     cells = f"[data-testid=device-cell][data-task='{task.pk}']"
-    overview.wait_for_function(f'document.querySelectorAll("{cells}").length === {workers}')
+    expect(overview.locator(cells)).to_have_count(workers)  # no JavaScript string: the CSP refuses eval
     assert_not_reloaded(page)
     assert_not_reloaded(overview)
