@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -84,6 +84,14 @@ def print_json(value: object) -> None:
     indent = 2 if sys.stdout.isatty() else None
     sys.stdout.write(json.dumps(value, indent=indent) + "\n")
     sys.stdout.flush()
+
+
+def emit(output: Output, value: Any, render: Callable[[Any], None]) -> None:
+    """What a command prints: the API's JSON with ``--output json``, else ``render(value)`` for people."""
+    if output is Output.JSON:
+        print_json(value)
+    else:
+        render(value)
 
 
 def styled(value: object) -> Text:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 import typer
 
 from controlplane.cli.common import LimitOption, OffsetOption, OutputOption, open_client
-from controlplane.cli.render import Output, alert_line, alerts_table, print_json
+from controlplane.cli.render import Output, alert_line, alerts_table, emit
 
 app = typer.Typer(help="Alerts: list, acknowledge, resolve.", no_args_is_help=True)
 
@@ -38,10 +39,7 @@ def list_(
     """List alerts, newest first."""
     with open_client(ctx) as client:
         page = client.list_alerts(state or (), severity or (), limit, offset)
-    if output is Output.JSON:
-        print_json(page)
-    else:
-        alerts_table(page)
+    emit(output, page, alerts_table)
 
 
 @app.command("ack")
@@ -54,10 +52,7 @@ def ack(
     """Acknowledge an open alert (operator)."""
     with open_client(ctx) as client:
         alert = client.acknowledge_alert(alert_id, message)
-    if output is Output.JSON:
-        print_json(alert)
-    else:
-        alert_line("Acknowledged", alert)
+    emit(output, alert, partial(alert_line, "Acknowledged"))
 
 
 @app.command("resolve")
@@ -72,7 +67,4 @@ def resolve(
     """Resolve an alert with a comment saying what was done (operator)."""
     with open_client(ctx) as client:
         alert = client.resolve_alert(alert_id, message)
-    if output is Output.JSON:
-        print_json(alert)
-    else:
-        alert_line("Resolved", alert)
+    emit(output, alert, partial(alert_line, "Resolved"))

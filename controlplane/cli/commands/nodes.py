@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 import typer
 
 from controlplane.cli.common import LimitOption, OffsetOption, OutputOption, open_client
-from controlplane.cli.render import Output, node_line, nodes_table, print_json, stdout
+from controlplane.cli.render import Output, emit, node_line, nodes_table, print_json, stdout
 
 app = typer.Typer(help="Nodes: list, drain, clear quarantine, fault-injection drills.", no_args_is_help=True)
 
@@ -30,10 +31,7 @@ def list_(
     """List nodes: state, quarantine, devices, last heartbeat."""
     with open_client(ctx) as client:
         page = client.list_nodes(state, name, limit, offset)
-    if output is Output.JSON:
-        print_json(page)
-    else:
-        nodes_table(page)
+    emit(output, page, nodes_table)
 
 
 @app.command("drain")
@@ -41,10 +39,7 @@ def drain(ctx: typer.Context, node: NodeRef, output: OutputOption = Output.TABLE
     """Take a node out of service gracefully: its tasks are re-planned elsewhere (operator)."""
     with open_client(ctx) as client:
         drained = client.drain_node(int(client.find_node(node)["id"]))
-    if output is Output.JSON:
-        print_json(drained)
-    else:
-        node_line("Draining", drained)
+    emit(output, drained, partial(node_line, "Draining"))
 
 
 @app.command("clear")
@@ -52,10 +47,7 @@ def clear(ctx: typer.Context, node: NodeRef, output: OutputOption = Output.TABLE
     """Clear a node's quarantine: let it back into plans (operator)."""
     with open_client(ctx) as client:
         cleared = client.clear_quarantine(int(client.find_node(node)["id"]))
-    if output is Output.JSON:
-        print_json(cleared)
-    else:
-        node_line("Cleared", cleared)
+    emit(output, cleared, partial(node_line, "Cleared"))
 
 
 @app.command("drill")

@@ -7,6 +7,7 @@ import sys
 import time
 from collections import deque
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +28,7 @@ from controlplane.cli.render import (
     Output,
     WatchSample,
     WatchView,
+    emit,
     print_json,
     stdout,
     task_detail,
@@ -84,10 +86,7 @@ def submit(
     spec = load_spec(file)
     with open_client(ctx) as client:
         task = client.submit_task(spec)
-    if output is Output.JSON:
-        print_json(task)
-    else:
-        task_line("Submitted", task)
+    emit(output, task, partial(task_line, "Submitted"))
 
 
 @app.command("list")
@@ -108,10 +107,7 @@ def list_(
     """List training tasks."""
     with open_client(ctx) as client:
         page = client.list_tasks(state or (), name, owner, limit, offset)
-    if output is Output.JSON:
-        print_json(page)
-    else:
-        tasks_table(page)
+    emit(output, page, tasks_table)
 
 
 @app.command("show")
@@ -119,10 +115,7 @@ def show(ctx: typer.Context, task_id: TaskId, output: OutputOption = Output.TABL
     """Show one task: state, weight, workers, progress, model and where its ranks run."""
     with open_client(ctx) as client:
         task = client.get_task(task_id)
-    if output is Output.JSON:
-        print_json(task)
-    else:
-        task_detail(task)
+    emit(output, task, task_detail)
 
 
 @app.command("weight")
@@ -135,10 +128,7 @@ def weight(
     """Reprioritise a task: set its weight w(t) in the cluster's WAF (operator)."""
     with open_client(ctx) as client:
         task = client.change_weight(task_id, value)
-    if output is Output.JSON:
-        print_json(task)
-    else:
-        task_line("Reweighted", task)
+    emit(output, task, partial(task_line, "Reweighted"))
 
 
 @app.command("cancel")
@@ -146,10 +136,7 @@ def cancel(ctx: typer.Context, task_id: TaskId, output: OutputOption = Output.TA
     """Cancel a task and release its devices (operator)."""
     with open_client(ctx) as client:
         task = client.cancel_task(task_id)
-    if output is Output.JSON:
-        print_json(task)
-    else:
-        task_line("Cancelled", task)
+    emit(output, task, partial(task_line, "Cancelled"))
 
 
 class Watcher:

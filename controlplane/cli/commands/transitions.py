@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from controlplane.cli.common import LimitOption, OffsetOption, OutputOption, open_client
-from controlplane.cli.render import Output, print_json, transitions_table
+from controlplane.cli.render import Output, emit, transitions_table
 
 app = typer.Typer(help="Transitions: the reconfigurations the planner carried out.", no_args_is_help=True)
 
@@ -28,7 +28,4 @@ def list_(
     """List transitions, newest first: kind, state, epochs, workers before → after, time taken."""
     with open_client(ctx) as client:
         page = client.list_transitions(task, state, limit, offset)
-    if output is Output.JSON:
-        print_json(page)
-    else:
-        transitions_table(page)
+    emit(output, page, transitions_table)
