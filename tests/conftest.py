@@ -1,6 +1,9 @@
-"""Run-wide hooks: nothing a test started outlives the run (see :mod:`tests.processes`)."""
+"""Run-wide hooks: the embedded servers a run with nothing set needs, started here and stopped when it
+ends; nothing a test started outlives the run (see :mod:`tests.processes`)."""
 
 from __future__ import annotations
+
+import atexit
 
 import pytest
 
@@ -13,8 +16,21 @@ use_test_security_settings()
 
 def pytest_configure(config: pytest.Config) -> None:
     interrupt_on_sigterm()
+    if config.pluginmanager.hasplugin("django"):
+        from controlplane.config.embedded import start_servers
+
+        # the settings already point at these addresses; the servers and agents tests start inherit them
+        start_servers(export=True)
+        # exit handlers run last-registered first: the children the tests started go before the servers
+        atexit.register(stop_all)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     stop_all()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from controlplane.config.embedded import stop_servers
+
+    stop_servers()

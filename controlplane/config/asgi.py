@@ -1,7 +1,9 @@
 """ASGI entry point: HTTP through Django, WebSockets (agent link, dashboard) through Channels.
 
 It refuses to start without a ``SECRET_KEY`` when ``DEBUG`` is off (the settings leave it empty then,
-so that tools which never sign anything, such as ``makemigrations`` or mypy, still load them)."""
+so that tools which never sign anything, such as ``makemigrations`` or mypy, still load them).
+
+With ``DATABASE_URL`` / ``REDIS_URL`` unset it starts the embedded servers where they do not run yet."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ from typing import Any
 
 from django.core.asgi import get_asgi_application
 
+from controlplane.config.embedded import start_servers
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
+# daphne run by hand with nothing set: the embedded servers (shared where they already run, stopped at exit)
+start_servers()
 django_asgi_app = get_asgi_application()  # must run before importing consumers (they import models)
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402

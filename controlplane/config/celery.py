@@ -1,14 +1,29 @@
 """The Celery app. Imported by the worker/beat command line and by Django at start-up (config/__init__ stays
-empty so pure code never pulls Celery in)."""
+empty so pure code never pulls Celery in).
+
+A worker or beat run with ``DATABASE_URL`` / ``REDIS_URL`` unset starts the embedded servers where they do
+not run yet (on its own start signal: importing this module starts nothing)."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import beat_init, worker_init
+
+from controlplane.config.embedded import start_servers
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
 
 app = Celery("unicron")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def _start_embedded_servers(**_: Any) -> None:
+    start_servers()
+
+
+worker_init.connect(_start_embedded_servers, weak=False)
+beat_init.connect(_start_embedded_servers, weak=False)

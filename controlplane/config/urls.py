@@ -7,6 +7,10 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from controlplane.config.store_outage import server_error_or_store_unavailable
+
+handler500 = server_error_or_store_unavailable
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     from django.db import connection

@@ -1,9 +1,9 @@
 """The inner run of ``test_an_interrupted_test_run_leaves_no_process_behind`` (not collected by itself).
 
-It starts what a real test run starts — the embedded PostgreSQL and Redis (settings, with nothing
-configured) and a child process through :func:`tests.processes.spawn` — plus a process that takes a handle
-on the embedded PostgreSQL and dies without letting go (as a killed test process would), writes their pids
-to ``$UNICRON_PIDS_FILE`` and waits to be interrupted.
+It starts what a real test run starts — the embedded PostgreSQL and Redis (the root conftest, with
+nothing configured) and a child process through :func:`tests.processes.spawn` — plus a process that takes a
+handle on the embedded PostgreSQL and dies without letting go (as a killed test process would), writes their
+pids to ``$UNICRON_PIDS_FILE`` and waits to be interrupted.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_waits_to_be_interrupted() -> None:
 
     from controlplane.config import embedded
 
-    assert settings.DATABASES["default"]["HOST"], "settings did not start the embedded PostgreSQL"
+    assert settings.DATABASES["default"]["HOST"], "the test run did not start the embedded PostgreSQL"
     child = spawn(["sleep", "600"])
     holder = "import os; from controlplane.config.embedded import ensure_database_url as e; e(); os._exit(0)"
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
