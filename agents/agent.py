@@ -18,8 +18,9 @@ from agents.api import WorkerSpec
 from agents.client import CoordinatorClient, Outbox
 from agents.commands import CommandRegistry
 from agents.inventory import discover_devices
-from agents.metrics import AgentFigures, AgentMetrics, MetricsEndpoint, endpoint_from_env
+from agents.metrics import AgentFigures, AgentMetrics
 from agents.monitor import MonitorConfig
+from agents.settings import MetricsEndpoint, metrics_endpoint, spare_count, spare_zygote
 from agents.snapshots import SnapshotStore, SnapshotTransferError
 from agents.supervisor import Supervisor
 from agents.training.elastic import TransitionSpec
@@ -40,40 +41,9 @@ from controlplane.core.protocol import (
 
 log = logging.getLogger("agents.agent")
 
-ENV_SPARES = "UNICRON_SPARES"
-"""Warm spare worker processes per agent (default 1; 0: none)."""
-ENV_SPARE_ZYGOTE = "UNICRON_SPARE_ZYGOTE"
-"""Fork spares from a zygote that imported torch/Megatron once (default 1; 0: each spare imports)."""
-
 EXIT_NODE_LOSS = 137
 NODE_LOSS_DELAY_S = 0.2
 """The agent acks a node_loss drill, then dies this long after (so the ack can leave)."""
-
-
-def env_count(name: str, default: int) -> int:
-    """A non-negative integer from the environment; the error names the variable."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name}={raw!r} is not an integer") from exc
-    if value < 0:
-        raise ValueError(f"{name}={value} must be at least 0")
-    return value
-
-
-def env_flag(name: str, default: bool) -> bool:
-    """A yes/no setting from the environment (1/0, true/false, yes/no, on/off); the error names it."""
-    raw = os.environ.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name}={raw!r} is not one of 1/0, true/false, yes/no, on/off")
 
 
 @dataclass
@@ -91,14 +61,14 @@ class AgentConfig:
     """Elastic mode: after a collective error a worker waits this long for the coordinator's
     reconfigure/retry (docs/ARCHITECTURE.md §7.6) before it exits; 0 turns it off (workers exit, transitions
     relaunch every process)."""
-    spares: int = field(default_factory=lambda: env_count(ENV_SPARES, 1))
+    spares: int = field(default_factory=spare_count)
     """Warm spare worker processes (:mod:`agents.training.spare`) kept ready for a restarted or added
     rank (real workers only); 0 turns them off. Default: ``UNICRON_SPARES`` or 1."""
-    spare_zygote: bool = field(default_factory=lambda: env_flag(ENV_SPARE_ZYGOTE, True))
+    spare_zygote: bool = field(default_factory=spare_zygote)
     """Fork the spares from a zygote process (:mod:`agents.training.zygote`) that imported torch and
     Megatron-Core once, instead of starting each as a fresh process that imports them itself. Default:
     ``UNICRON_SPARE_ZYGOTE`` or on."""
-    metrics: MetricsEndpoint | None = field(default_factory=endpoint_from_env)
+    metrics: MetricsEndpoint | None = field(default_factory=metrics_endpoint)
     """Where to serve the agent's Prometheus metrics (:mod:`agents.metrics`); None: not served. Default:
     ``UNICRON_AGENT_METRICS_PORT`` (0 or unset: off) on ``UNICRON_AGENT_METRICS_ADDR`` (127.0.0.1)."""
 
@@ -149,6 +119,7 @@ class Agent:
             heartbeat_s=cfg.heartbeat_s,
         )
         self.supervisor.on_warm = self.client.beat_now  # the coordinator waits for it: say it at once
+        self.supervisor.on_task_completed = self._task_completed
         self._tasks: set[asyncio.Task[Any]] = set()
         self.metrics = AgentMetrics(cfg.node) if cfg.metrics is not None else None
         if self.metrics is not None:
@@ -203,9 +174,7 @@ class Agent:
         return AgentFigures(
             spares_ready=sum(1 for sp in spares if sp.ready),
             spares=len(spares),
-            workers_running=sum(
-                1 for w in workers if w.exit is None and (w.pid is not None or w.sim is not None)
-            ),
+            workers_running=sum(1 for w in workers if w.exit is None and w.handle is not None),
             snapshots=len(snapshots),
             snapshot_bytes=sum(s.nbytes for s in snapshots),
             outbox_messages=len(self.outbox),
@@ -293,8 +262,15 @@ class Agent:
 
     def _take_secret(self, cmd: StartWorkersCommand | ReconfigureCommand) -> None:
         """The task's snapshot key travels with its launch (``agents.snapshots`` authentication)."""
-        if self.snapshots is not None and cmd.snapshot_secret:
-            self.snapshots.set_secret(cmd.task_id, cmd.snapshot_secret)
+        if self.snapshots is not None:
+            self.snapshots.undrop_task(cmd.task_id)  # running here (again): its snapshots are kept
+            if cmd.snapshot_secret:
+                self.snapshots.set_secret(cmd.task_id, cmd.snapshot_secret)
+
+    def _task_completed(self, task_id: str) -> None:
+        """The task's training is over here: its snapshots in shm (own and peers' replicas) go."""
+        if self.snapshots is not None:
+            self.snapshots.drop_task(task_id)
 
     async def _retry(self, cmd: RetryCommand) -> str:
         """Retry in place (sev3): live ranks rebuild their groups at the new rendezvous and repeat

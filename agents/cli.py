@@ -19,13 +19,15 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import socket
 from pathlib import Path
 
 from agents.agent import Agent, AgentConfig
 from agents.monitor import MonitorConfig
+from agents.settings import ENV_AGENT_TOKEN, ENV_STRAGGLER_RATIO, AgentSettings
 from agents.snapshots import SnapshotStore, SnapshotStoreConfig, default_root
-from agents.training.cpu_bind import bind_mode, worker_nice
+from controlplane.core.env import env_str
 
 
 def _straggler_ratio(raw: str) -> float:
@@ -43,8 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coordinator", required=True, help="WebSocket URL, e.g. ws://host:8000/ws/agent/")
     p.add_argument(
         "--token",
-        default=os.environ.get("UNICRON_AGENT_TOKEN"),
-        help="node token (default: $UNICRON_AGENT_TOKEN; or --token-file)",
+        help=f"node token (default: ${ENV_AGENT_TOKEN} or ${ENV_AGENT_TOKEN}_FILE; or --token-file)",
     )
     p.add_argument("--token-file", type=Path, help="read the node token from this file")
     p.add_argument("--devices", type=int, required=True, help="devices (GPUs or CPU slots) to offer")
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--straggler-ratio",
         type=_straggler_ratio,
-        default=os.environ.get("UNICRON_STRAGGLER_RATIO", str(MonitorConfig.straggler_ratio)),
+        default=env_str(ENV_STRAGGLER_RATIO, str(MonitorConfig.straggler_ratio)),
         help="a rank whose median compute time exceeds its local peers' by this factor for "
         f"{MonitorConfig.straggler_persistence} iterations is a straggler "
         "(default: $UNICRON_STRAGGLER_RATIO or %(default)s)",
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def snapshot_config(args: argparse.Namespace) -> SnapshotStoreConfig:
+def snapshot_config(args: argparse.Namespace, max_bytes: int | None) -> SnapshotStoreConfig:
     root = args.snapshot_dir
     if root is None and args.run_dir is not None:
         root = default_root(args.node, instance=str(args.run_dir.resolve()))
@@ -86,20 +87,43 @@ def snapshot_config(args: argparse.Namespace) -> SnapshotStoreConfig:
         advertise_host=args.snapshot_advertise,
         timeout_s=args.snapshot_timeout,
         enabled=not args.no_snapshots,
+        max_bytes=max_bytes,
     )
 
 
 async def run_agent(cfg: AgentConfig, snapshots: SnapshotStoreConfig) -> None:
     """The agent and its snapshot store in one loop: workers get the store's directory, the agent
-    lists its snapshots in Hello/Heartbeat and fetches peers' copies before transitions."""
+    lists its snapshots in Hello/Heartbeat and fetches peers' copies before transitions.
+
+    SIGTERM or SIGINT stops it whole: the workers and everything they started, the spares and the
+    zygote, and the snapshot store with the snapshots it held (a peer could no longer fetch them)."""
+    log = logging.getLogger("agents.cli")
     store = SnapshotStore(cfg.node, snapshots) if snapshots.enabled else None
-    if store is not None:
-        await store.start()
-        cfg.worker_env.update(store.worker_env())
-        logging.getLogger("agents.cli").info("snapshot store %s serving on %s", store.root, store.endpoint)
+    main = asyncio.current_task()
+    assert main is not None
+    loop = asyncio.get_running_loop()
+    stopping: list[signal.Signals] = []
+
+    def stop(sig: signal.Signals) -> None:
+        if not stopping:
+            log.info("%s: stopping the workers, the spares and the snapshot store", sig.name)
+            stopping.append(sig)
+            main.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop, sig)
     try:
+        if store is not None:
+            await store.start()
+            cfg.worker_env.update(store.worker_env())
+            log.info("snapshot store %s serving on %s", store.root, store.endpoint)
         await Agent(cfg, snapshots=store).run()
+    except asyncio.CancelledError:
+        if not stopping:
+            raise
     finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
         if store is not None:
             await store.close()
 
@@ -107,33 +131,29 @@ async def run_agent(cfg: AgentConfig, snapshots: SnapshotStoreConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    token = args.token
+    try:  # every UNICRON_* variable the agent and its workers read: a bad one is named, nothing starts
+        settings = AgentSettings.from_env()
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    token = args.token or settings.token
     if args.token_file is not None:
         token = args.token_file.read_text().strip()
     if not token:
-        raise SystemExit("no token: pass --token, --token-file or set UNICRON_AGENT_TOKEN")
-    try:
-        bind_mode()  # its workers read UNICRON_CPU_BIND: refuse a bad value before any of them starts
-        worker_nice()
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+        raise SystemExit(f"no token: pass --token, --token-file or set {ENV_AGENT_TOKEN}")
     os.umask(0o077)  # snapshots hold a task's full model state: readable by this user only
-    try:
-        snapshots = snapshot_config(args)  # UNICRON_SNAPSHOT_MAX_BYTES is read here
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+    snapshots = snapshot_config(args, settings.snapshot_max_bytes)
     if args.run_dir is not None:
         args.run_dir.mkdir(parents=True, exist_ok=True)
-    try:  # UNICRON_SPARES / UNICRON_SPARE_ZYGOTE are read here: a bad one is named, nothing starts
-        cfg = AgentConfig(
-            coordinator=args.coordinator,
-            token=token,
-            devices=args.devices,
-            worker_kind=args.worker,
-            node=args.node,
-            monitor=MonitorConfig(hang_floor_s=args.hang_floor, straggler_ratio=args.straggler_ratio),
-            run_dir=args.run_dir,
-        )
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+    cfg = AgentConfig(
+        coordinator=args.coordinator,
+        token=token,
+        devices=args.devices,
+        worker_kind=args.worker,
+        node=args.node,
+        monitor=MonitorConfig(hang_floor_s=args.hang_floor, straggler_ratio=args.straggler_ratio),
+        run_dir=args.run_dir,
+        spares=settings.spares,
+        spare_zygote=settings.spare_zygote,
+        metrics=settings.metrics,
+    )
     asyncio.run(run_agent(cfg, snapshots))

@@ -9,12 +9,12 @@ Talks to the agent's hook socket (``DIR/hook.sock``) and prints the agent's answ
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
 from pathlib import Path
 from typing import get_args
 
+from agents.training.hook_protocol import DrillAnswer, DrillRequest, encode
 from controlplane.core.protocol import FaultKind, FaultSpec
 
 
@@ -39,12 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(str(args.socket or args.run_dir / "hook.sock"))
-        s.sendall(
-            (json.dumps({"ev": "drill", "task_id": args.task, "fault": fault.model_dump()}) + "\n").encode()
-        )
-        answer = json.loads(s.makefile().readline())
-    print(answer["detail"])
-    return 0 if answer["ok"] else 1
+        s.sendall(encode(DrillRequest(task_id=args.task, fault=fault)))
+        answer = DrillAnswer.model_validate_json(s.makefile().readline())
+    print(answer.detail)
+    return 0 if answer.ok else 1
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ a ``node`` label.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,39 +30,12 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
-ENV_PORT = "UNICRON_AGENT_METRICS_PORT"
-"""TCP port of the agent's metrics endpoint (default unset: off; 0: off)."""
-ENV_ADDR = "UNICRON_AGENT_METRICS_ADDR"
-"""Address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 to let a remote Prometheus scrape)."""
-DEFAULT_ADDR = "127.0.0.1"
+from agents.settings import ENV_METRICS_ADDR, ENV_METRICS_PORT, MetricsEndpoint
+
 SAMPLE_PERIOD_S = 1.0
 
 HOOK_DELAY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 HEARTBEAT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-@dataclass(frozen=True)
-class MetricsEndpoint:
-    host: str
-    port: int
-
-
-def endpoint_from_env() -> MetricsEndpoint | None:
-    """The configured endpoint, or None when it is off. A bad value raises ``ValueError`` naming the
-    variable."""
-    raw = os.environ.get(ENV_PORT, "").strip()
-    if not raw:
-        return None
-    try:
-        port = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{ENV_PORT}={raw!r} is not an integer (0 or unset: off)") from exc
-    if not 0 <= port <= 65535:
-        raise ValueError(f"{ENV_PORT}={port} is not a TCP port (0-65535; 0: off)")
-    if port == 0:
-        return None
-    host = os.environ.get(ENV_ADDR, "").strip() or DEFAULT_ADDR
-    return MetricsEndpoint(host, port)
 
 
 @dataclass(frozen=True)
@@ -180,7 +152,8 @@ class AgentMetrics:
             )
         except OSError as exc:
             raise RuntimeError(
-                f"{ENV_PORT}={endpoint.port} / {ENV_ADDR}={endpoint.host}: cannot listen: {exc}"
+                f"{ENV_METRICS_PORT}={endpoint.port} / {ENV_METRICS_ADDR}={endpoint.host}: "
+                f"cannot listen: {exc}"
             ) from exc
 
     def close(self) -> None:

@@ -26,15 +26,31 @@ import random
 import signal
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Protocol
 
 from agents.api import WorkerSpec
+from agents.training.assignment import gpt_spec
 from agents.training.elastic import TransitionSpec
 from agents.training.hook import EXIT_EXCEPTION, NETWORK_ERROR_MESSAGE
-from agents.training.worker import model_flops_per_iteration
+from agents.training.hook_protocol import (
+    AwaitingOrder,
+    CheckpointDone,
+    ComputeDone,
+    ExceptionRaised,
+    HookEvent,
+    HookOrder,
+    IterationEnd,
+    IterationStart,
+    MicroBatchDone,
+    TrainingDone,
+    TransitionDone,
+    TransitionOrder,
+)
 from controlplane.core.planning.devices import get_device_kind
-from controlplane.core.planning.spec import GPTSpec
-from controlplane.core.planning.throughput import ParallelConfig, iteration_time
+from controlplane.core.planning.throughput import MegatronConfig, iteration_time
+from controlplane.core.protocol import FaultSpec, TransitionReport
+from controlplane.core.transitions.checkpoints import checkpoint_dir
 
 SIM_DEVICE_KIND = "a100-80g"
 FIRST_ITERATION_FACTOR = 3.0
@@ -65,7 +81,7 @@ class Supervisor(Protocol):
 
     elastic_wait_s: float
 
-    def on_event(self, w: Any, ev: dict[str, Any]) -> None: ...
+    def on_event(self, w: Any, ev: HookEvent) -> None: ...
 
 
 def state_bytes(w: Worker) -> int:
@@ -78,9 +94,9 @@ def state_bytes(w: Worker) -> int:
 def modelled_iteration_s(w: Worker, device_kind: str = SIM_DEVICE_KIND) -> float:
     launch = w.spec.launch
     m, p = launch.model, launch.parallel
-    spec = GPTSpec(m.layers, m.hidden, m.heads, m.seq_len, m.vocab, m.global_batch, m.micro_batch)
+    spec = gpt_spec(m)
     per_replica = m.global_batch // (p.dp * m.micro_batch)
-    cfg = ParallelConfig(p.tp, p.pp, p.dp, m.micro_batch, max(per_replica, 1), recompute=False)
+    cfg = MegatronConfig(p.tp, p.pp, p.dp, m.micro_batch, max(per_replica, 1), recompute=False)
     return iteration_time(spec, get_device_kind(device_kind), cfg)
 
 
@@ -90,11 +106,13 @@ class _Killed(Exception):
 
 
 class SimWorker:
+    """A simulated rank: a :class:`~agents.worker_handle.WorkerHandle` whose "process" is a coroutine."""
+
     def __init__(self, sup: Supervisor, w: Worker, device_kind: str = SIM_DEVICE_KIND) -> None:
         self.sup, self.w = sup, w
         self.iteration_s = modelled_iteration_s(w, device_kind)
-        self.pending: list[dict[str, Any]] = []
-        self.orders: list[dict[str, Any]] = []
+        self.pending: list[FaultSpec] = []
+        self.orders: list[TransitionOrder] = []
         self._order_arrived = asyncio.Event()
         self.next_it = 0
         self.slowdown = 1.0
@@ -102,27 +120,29 @@ class SimWorker:
         self._killed: asyncio.Future[int] = asyncio.get_event_loop().create_future()
         self._rng = random.Random(w.rank * 7919 + w.spec.epoch)
 
-    # ---- agent side
-    def order(self, order: dict[str, Any]) -> None:
-        fault = order.get("fault")
-        if isinstance(fault, dict):
-            self.pending.append(fault)
-        transition = order.get("transition")
-        if isinstance(transition, dict):
-            self.orders.append(transition)
+    # ---- agent side (a :class:`~agents.worker_handle.WorkerHandle`)
+    @property
+    def pid(self) -> int | None:
+        return None  # runs inside the agent
+
+    def send(self, order: HookOrder) -> None:
+        if order.order == "fault":
+            self.pending.append(order.fault)
+        elif order.order == "transition":
+            self.orders.append(order)
             self._order_arrived.set()
 
     def signal(self, sig: int) -> None:
         if not self._killed.done():
             self._killed.set_result(-int(sig))
 
-    def stack(self) -> str:
+    async def capture_stack(self, wait_s: float = 0.3) -> str:
         return (
             f'Simulated worker rank {self.w.rank} (most recent call first):\n  File "sim", in {self.where}\n'
         )
 
     # ---- the "process"
-    def _ev(self, ev: dict[str, Any]) -> None:
+    def _ev(self, ev: HookEvent) -> None:
         self.sup.on_event(self.w, ev)
 
     async def _sleep(self, seconds: float) -> None:
@@ -130,7 +150,8 @@ class SimWorker:
         if done:
             raise _Killed(self._killed.result())
 
-    async def run(self) -> int:
+    async def wait(self) -> int:
+        """Run the simulated rank to its exit: its exit code (negative: the signal that killed it)."""
         try:
             return await self._train()
         except _Killed as k:
@@ -143,20 +164,19 @@ class SimWorker:
             raise RuntimeError(f"{message} (at iteration {it})")
         except RuntimeError as exc:
             self._ev(
-                {
-                    "ev": "exception",
-                    "t": time.time(),
-                    "type": "RuntimeError",
-                    "msg": str(exc),
-                    "tb": "".join(traceback.format_exception(exc)),
-                    "it": it,
-                    "in_collective": kind == "network_error",
-                    "waiting": waiting,
-                }
+                ExceptionRaised(
+                    t=time.time(),
+                    type="RuntimeError",
+                    msg=str(exc),
+                    tb="".join(traceback.format_exception(exc)),
+                    it=it,
+                    in_collective=kind == "network_error",
+                    waiting=waiting,
+                )
             )
         return EXIT_EXCEPTION
 
-    async def _wait_order(self) -> dict[str, Any] | None:
+    async def _wait_order(self) -> TransitionOrder | None:
         if not self.orders:
             self._order_arrived.clear()
             waiter = asyncio.ensure_future(self._order_arrived.wait())
@@ -213,11 +233,11 @@ class SimWorker:
 
     async def _epoch(
         self, epoch_start: int, report: dict[str, Any] | None
-    ) -> tuple[int, dict[str, Any] | None]:
+    ) -> tuple[int, TransitionOrder | None]:
         """Iterations of one epoch; returns (exit code, None) at the end, or (0, order) to move on."""
         launch = self.w.spec.launch
         m = launch.model
-        flops = model_flops_per_iteration(m.layers, m.hidden, m.seq_len, m.vocab, m.global_batch)
+        flops = gpt_spec(m).flops_per_iteration()
         per_rank_flops = flops / launch.world_size
         tokens = m.global_batch * m.seq_len // launch.world_size
         mbs = max(m.global_batch // (launch.parallel.dp * m.micro_batch), 1)
@@ -227,66 +247,77 @@ class SimWorker:
                 return 0, self.orders.pop(0)
             phase = "first" if it in (0, epoch_start) else "train"
             start = time.time()
-            self._ev({"ev": "iter_start", "it": it, "t": start, "phase": phase})
-            for fault in [
-                f for f in self.pending if f.get("at_iteration") is None or f["at_iteration"] <= it
-            ]:
+            self._ev(IterationStart(it=it, t=start, phase=phase))
+            for fault in [f for f in self.pending if f.at_iteration is None or f.at_iteration <= it]:
                 self.pending.remove(fault)
-                kind = fault["kind"]
+                kind = fault.kind
                 if kind == "crash":
                     return -signal.SIGKILL, None
                 if kind == "network_error" and self.sup.elastic_wait_s > 0:
-                    self._raise_exception(kind, str(fault.get("message", "")), it, waiting=True)
-                    self._ev({"ev": "await", "t": time.time(), "ep": self.w.spec.epoch})
+                    self._raise_exception(kind, fault.message, it, waiting=True)
+                    self._ev(AwaitingOrder(t=time.time(), ep=self.w.spec.epoch))
                     order = await self._wait_order()
                     if order is None:
                         return EXIT_EXCEPTION, None
                     return 0, order
                 if kind in ("exception", "network_error"):
-                    return self._raise_exception(kind, str(fault.get("message", "")), it), None
+                    return self._raise_exception(kind, fault.message, it), None
                 if kind == "hang":
                     self.where = "all_reduce (hung)"
                     await self._sleep(1e9)
                 if kind == "straggler":
-                    self.slowdown = float(fault.get("slowdown", 1.0))
+                    self.slowdown = fault.slowdown
             base = self.iteration_s * (FIRST_ITERATION_FACTOR if phase == "first" else 1.0)
             base *= 1.0 + self._rng.uniform(-JITTER, JITTER)
             compute = 0.8 * base * self.slowdown
             self.where = "forward_backward"
             for k in range(mbs):
                 await self._sleep(compute / mbs)
-                self._ev({"ev": "mb", "it": it, "idx": k, "t": time.time()})
-            self._ev({"ev": "sync", "it": it, "t": time.time()})
+                self._ev(MicroBatchDone(it=it, idx=k, t=time.time()))
+            self._ev(ComputeDone(it=it, t=time.time()))
             self.where = "all_reduce"
             await self._sleep(0.2 * base)
             end = time.time()
             self._ev(
-                {
-                    "ev": "iter_end",
-                    "it": it,
-                    "t": end,
-                    "dur": end - start,
-                    "compute": compute,
-                    "mbs": mbs,
-                    "phase": phase,
-                    "tokens": tokens,
-                    "flops": per_rank_flops,
-                    "loss": None,
-                }
+                IterationEnd(
+                    it=it,
+                    t=end,
+                    dur=end - start,
+                    compute=compute,
+                    mbs=mbs,
+                    phase=phase,
+                    tokens=tokens,
+                    flops=per_rank_flops,
+                    loss=None,
+                )
             )
+            interval = launch.checkpoint_interval
+            if interval and (it + 1) % interval == 0 and self.w.rank == 0:
+                # a modelled save (no files): reported as the real rank 0 reports its marked checkpoint
+                root = Path(launch.checkpoint_dir or "checkpoints")
+                self._ev(
+                    CheckpointDone(
+                        t=end,
+                        ep=self.w.spec.epoch,
+                        it=it,
+                        path=str(checkpoint_dir(root, it)),
+                        size_bytes=state_bytes(self.w),
+                    )
+                )
             if report is not None:
                 phases = dict(report["phases_s"])
                 phases.update({"recompute": 0.0, "first_iteration": end - start})
                 self._ev(
-                    {
-                        "ev": "transition",
-                        "t": end,
-                        "ep": self.w.spec.epoch,
-                        "report": {**report, "phases_s": phases, "iteration": it},
-                    }
+                    TransitionDone(
+                        t=end,
+                        ep=self.w.spec.epoch,
+                        report=TransitionReport.model_validate(
+                            {**report, "phases_s": phases, "iteration": it}
+                        ),
+                    )
                 )
                 report = None
             it += 1
             self.next_it = it
-        self._ev({"ev": "done", "t": time.time()})
+        self._ev(TrainingDone(t=time.time()))
         return 0, None

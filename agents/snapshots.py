@@ -13,7 +13,10 @@ a snapshot outlives the worker that wrote it. The store:
   completed, because a transition planned from the last heartbeat may still fetch it;
 - replicates each new complete snapshot of this node's ranks to the peer agent named in the
   workers' launch (``WorkerLaunch.snapshot_replica``), and receives peers' replicas;
-- serves snapshots to peers and fetches a peer's into local shm (``await store.fetch(...)``).
+- serves snapshots to peers and fetches a peer's into local shm (``await store.fetch(...)``);
+- deletes what it holds when it closes (the agent stops): its root under ``/dev/shm`` goes with it.
+  An agent that dies without closing leaves its snapshots; restarted with the same run directory it
+  finds them again.
 
 Transport: one TCP connection per request. Frames are a 4-byte big-endian length and a JSON header;
 file bytes follow raw, with their sizes in the header (``put``: a replica pushed to a peer;
@@ -67,6 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.settings import snapshot_max_bytes
 from agents.training.snapshot import (
     COMPLETE,
     ENV_SNAPSHOT_DIR,
@@ -91,8 +95,6 @@ CHUNK = 4 << 20
 INCOMING = ".incoming"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-ENV_SNAPSHOT_MAX_BYTES = "UNICRON_SNAPSHOT_MAX_BYTES"
-"""Largest snapshot (all files of one origin) an agent accepts; unset or 0: no cap beyond free space."""
 SIZE_SLACK = 64 << 20
 """A snapshot may grow this much beyond twice the largest one of its task held here."""
 _NONCE_BYTES = 16
@@ -108,20 +110,6 @@ class SnapshotRefused(SnapshotTransferError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
-
-
-def env_max_bytes() -> int | None:
-    """``UNICRON_SNAPSHOT_MAX_BYTES`` (bytes; unset or 0: none); a bad value names the variable."""
-    raw = os.environ.get(ENV_SNAPSHOT_MAX_BYTES, "").strip()
-    if not raw:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_SNAPSHOT_MAX_BYTES}={raw!r} is not a whole number of bytes") from None
-    if value < 0:
-        raise ValueError(f"{ENV_SNAPSHOT_MAX_BYTES}={raw!r} must be >= 0")
-    return value or None
 
 
 def request_mac(key: bytes, fields: dict[str, Any]) -> str:
@@ -153,8 +141,13 @@ class SnapshotStoreConfig:
     the coordinator plans a transition from the snapshots a heartbeat listed, and its command may ask a
     peer for that snapshot after the next one completed (``make demo`` hit exactly this: "no complete
     snapshot of task 1 at iteration 369")."""
+    replica_attempts: int = 6
+    """Tries to push one snapshot to its replica peer; then the store gives up on that snapshot (the
+    peer is gone, or keeps refusing): the next snapshot tries again."""
+    replica_backoff_s: float = 1.0
+    """The wait after a failed push is ``replica_backoff_s · 2^failures``, at most 30 s."""
     enabled: bool = True
-    max_bytes: int | None = field(default_factory=env_max_bytes)
+    max_bytes: int | None = field(default_factory=snapshot_max_bytes)
     """Cap on one received snapshot (:meth:`SnapshotStore.limit`); default ``UNICRON_SNAPSHOT_MAX_BYTES``."""
     max_clock_skew_s: float = 120.0
     """A request whose timestamp is further from this clock is refused (replays; nonces are kept this
@@ -182,9 +175,18 @@ class _Snapshot:
 
 @dataclass
 class _Replication:
+    """Per snapshot (task, epoch, iteration): pushed or given up, failed pushes, when to try again."""
+
     done: set[tuple[str, int, int]] = field(default_factory=set)
     failures: dict[tuple[str, int, int], int] = field(default_factory=dict)
     next_try: dict[tuple[str, int, int], float] = field(default_factory=dict)
+
+    def forget_except(self, current: set[tuple[str, int, int]]) -> None:
+        """Drop what is known of snapshots that are gone (superseded or deleted)."""
+        self.done &= current
+        for table in (self.failures, self.next_try):
+            for key in [k for k in table if k not in current]:
+                del table[key]
 
 
 def default_root(node: str, instance: str | None = None) -> Path:
@@ -259,11 +261,32 @@ class SnapshotStore:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        self.remove_held()
         if self.ephemeral:
             shutil.rmtree(self.root, ignore_errors=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        with contextlib.suppress(OSError):  # a root that holds nothing else goes too
+            (self.root / ".lock").unlink(missing_ok=True)
+            self.root.rmdir()
+
+    def remove_held(self) -> None:
+        """Delete every snapshot this store holds (this node's, peers' replicas, transfers under way)
+        and the directories that held only them. Called when the store closes: with its server gone no
+        peer can fetch them, and its workers are stopped. Only snapshot directories are touched, so a
+        root shared with other files (``--snapshot-dir``) keeps them."""
+        for s in self._all():
+            shutil.rmtree(s.path, ignore_errors=True)
+        for origin in _subdirs(self.root):
+            if origin.name.startswith("."):
+                continue
+            for task in _subdirs(origin):
+                with contextlib.suppress(OSError):
+                    task.rmdir()
+            with contextlib.suppress(OSError):
+                origin.rmdir()
+        shutil.rmtree(self.root / INCOMING, ignore_errors=True)
 
     def _lock(self, root: Path) -> bool:
         """Hold ``root/.lock`` while this store lives (released by the OS if the agent dies)."""
@@ -464,7 +487,9 @@ class SnapshotStore:
         """GC, then push this node's newest complete snapshots to their replica peer (once each)."""
         self.gc()
         now = time.monotonic()
-        for s in self.newest():
+        newest = self.newest()
+        self._replication.forget_except({(s.task_id, s.epoch, s.iteration) for s in newest})
+        for s in newest:
             if s.origin != self.node:
                 continue
             key = (s.task_id, s.epoch, s.iteration)
@@ -488,8 +513,13 @@ class SnapshotStore:
             log.info("replicated %s/%s to %s", s.task_id, s.path.name, endpoint)
         except (TimeoutError, OSError, SnapshotTransferError) as e:
             n = r.failures[key] = r.failures.get(key, 0) + 1
-            r.next_try[key] = time.monotonic() + min(2.0**n, 30.0)
+            r.next_try[key] = time.monotonic() + min(self.cfg.replica_backoff_s * 2.0**n, 30.0)
             log.warning("replicating %s/%s to %s failed (%d): %s", s.task_id, s.path.name, endpoint, n, e)
+            if n >= self.cfg.replica_attempts:
+                r.done.add(key)
+                log.warning(
+                    "giving up replicating %s/%s to %s after %d attempts", s.task_id, s.path.name, endpoint, n
+                )
 
     async def replicate(self, endpoint: str, task_id: str, epoch: int, iteration: int) -> None:
         """Push this node's own snapshot (task, epoch, iteration) to the peer at ``endpoint``."""

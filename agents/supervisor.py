@@ -11,7 +11,9 @@ Three of the four in-band detectors run here (the fourth, node health, runs on t
   Python stack is captured (``SIGUSR1`` → faulthandler) into the ``HangVerdict``.
 
 Workers are either real processes (``megatron``) or in-agent simulated workers (``sim``,
-:mod:`agents.sim`); both feed :meth:`Supervisor.on_event` with the same hook events.
+:mod:`agents.sim`); the supervisor drives both through one :class:`~agents.worker_handle.WorkerHandle`
+and both feed :meth:`Supervisor.on_event` with the same typed hook events
+(:mod:`agents.training.hook_protocol`).
 
 Transitions (docs/ARCHITECTURE.md §7.6): :meth:`Supervisor.reconfigure_group` moves a task to a new epoch. A
 surviving worker keeps its process: the supervisor re-keys it under its new rank and epoch (its
@@ -23,39 +25,18 @@ the exception and waits for that order instead of exiting; the hang monitor then
 that did not finish its micro-batches, not the peers waiting for it in the all-reduce (victims are
 killed only if still stuck one threshold later).
 
-Warm spares (:mod:`agents.training.spare`): with ``spares`` > 0 the supervisor keeps that many
-pre-started worker processes that have imported torch and Megatron-Core, connected to the hook
-socket and block waiting for an assignment. Wherever a worker process would be launched
-(StartWorkers, a restarted or added rank in Reconfigure, a dead rank in Retry) a ready spare gets the
-rank's assignment and environment over its hook connection instead, and from then on is that rank's
-worker (same pid supervision, log file, stack file, session, PDEATHSIG); a replacement spare starts
-once the new worker has finished its first iteration (or after ``spare_refill_s``), so its imports do
-not compete with the transition for the CPU. No ready spare: a fresh process, as before. Spares are
-not workers: they appear in no status or heartbeat, and they are killed when the agent stops (and by
-PDEATHSIG when it dies). Their pids and RSS are listed in ``RUN_DIR/spares.json``.
-
-The spare zygote (``zygote=True``, :mod:`agents.training.zygote`, :mod:`agents.zygote_link`): instead of
-each spare importing torch and Megatron-Core itself (3.6 s on a quiet CPU box, ~30 s on a loaded
-2-core one, on the cores the training uses), one zygote process imports them once and forks each spare
-in milliseconds. The agent makes itself a child subreaper, so a forked spare is re-parented to it and
-supervised like any other child (:class:`~agents.zygote_link.AdoptedProcess`); a spare taken from the
-zygote is replaced at once. If the zygote cannot start, dies or fails a fork, spares are started as
-fresh processes again. Processes orphaned below the agent (a killed worker's helper processes) are
-re-parented to it too: :meth:`Supervisor._reap_orphans` reaps those that exit.
-
-Warming (:attr:`Supervisor.warming`): from its start until the first spare is ready (or spare starts
-give up, or :data:`WARMING_MAX_S` passed) the supervisor is *warming*: a rank placed on this node now
-would start cold. The agent says so in Hello and Heartbeat, and the coordinator does not count a
-returning node as healthy (no new ranks there) until it is warm. Warming ends once, for good: a spare
-handed out later does not make the node warming again. ``on_warm`` is called when it ends.
+Warm spares, their zygote, the reaping of orphaned processes and the *warming* state are the
+:class:`~agents.spare_pool.SparePool`'s: wherever a worker process would be launched (StartWorkers, a
+restarted or added rank in Reconfigure, a dead rank in Retry) a ready spare gets the rank's
+assignment and environment over its hook connection instead, and from then on is that rank's worker
+(same pid supervision, log file, stack file, session, PDEATHSIG). No ready spare: a fresh process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
+import math
 import os
 import signal
 import statistics
@@ -63,29 +44,50 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from agents.api import ExitRecord, RunResult, WorkerSpec, WorkerState
 from agents.monitor import MonitorConfig, RankMonitor, TaskStragglers
-from agents.prctl import die_with_parent, session_of, zombie_children
+from agents.prctl import die_with_parent
+from agents.settings import worker_nice
 from agents.sim import SimWorker
-from agents.training.cpu_bind import worker_nice
+from agents.spare_pool import Spare, SparePool
+from agents.training.assignment import ENV_ELASTIC_WAIT, ENV_WORKER, WorkerAssignment
 from agents.training.elastic import TransitionSpec
 from agents.training.hook import ENV_RANK, ENV_SOCKET, ENV_STACK_FILE
-from agents.training.spare import rss_kb
-from agents.training.worker import ENV_ELASTIC_WAIT, ENV_WORKER, WorkerAssignment
-from agents.zygote_link import AdoptedProcess, ChildProcess, ZygoteError, ZygoteLink, can_adopt
+from agents.training.hook_protocol import (
+    AssignOrder,
+    AwaitingOrder,
+    CheckpointDone,
+    ComputeDone,
+    DrillAnswer,
+    DrillRequest,
+    ExceptionRaised,
+    FaultOrder,
+    HookEvent,
+    HookOrder,
+    HookProtocolError,
+    IterationEnd,
+    IterationStart,
+    MicroBatchDone,
+    SlowPhase,
+    TrainingDone,
+    TransitionDone,
+    TransitionOrder,
+    decode_event,
+    encode,
+)
+from agents.worker_handle import ProcessHandle, WorkerHandle
 from controlplane.core.protocol import (
+    CheckpointSaved,
     Detector,
     FaultSpec,
     HangVerdict,
     IterationStats,
     StragglerVerdict,
-    TransitionReport,
     WorkerEvent,
     WorkerException,
     WorkerExited,
@@ -98,13 +100,6 @@ log = logging.getLogger("agents.supervisor")
 
 Emit = Callable[[WorkerReport], None]
 STATS_INTERVAL_S = 1.0
-SPARE_START_FAILURES = 3
-"""Consecutive spares that die before becoming ready: stop starting spares (fresh processes only)."""
-WARMING_MAX_S = 30.0
-"""An agent with spares reports ``warming`` (Hello/Heartbeat) until its first spare is ready, spare
-starts give up, or this long after the supervisor started, whichever comes first: the coordinator keeps
-a returning node ``joining`` meanwhile, and this bound keeps a node whose spares never get ready from
-staying out of service longer than that."""
 
 
 def _ts(t: float) -> datetime:
@@ -128,11 +123,8 @@ class Worker:
         self.rank = rank
         self.device = device
         self.state = WorkerState.INIT
-        self.pid: int | None = None
-        self.proc: ChildProcess | None = None
-        self.sim: SimWorker | None = None
-        self.writer: asyncio.StreamWriter | None = None
-        self.stack_file: Path | None = None
+        self.handle: WorkerHandle | None = None
+        """What runs the rank (a process, or a simulation); None until it is launched."""
         self.monitor = RankMonitor(cfg)
         self.iteration: int | None = None
         self.iter_start: float | None = None
@@ -144,7 +136,8 @@ class Worker:
         self.exception_reported = False
         self.hang_reported = False
         self.exit: ExitRecord | None = None
-        self.pending_orders: list[dict[str, Any]] = []
+        self.pending_orders: list[HookOrder] = []
+        """Orders sent before the rank was launched (delivered to its handle)."""
         self.transition: TransitionSpec | None = None
         self.old_rank: int | None = None
         """The rank of its previous epoch (reports of that epoch arriving late keep it)."""
@@ -162,7 +155,19 @@ class Worker:
         self.tokens = 0
         self.flops = 0.0
         self.loss: float | None = None
+        self.learning_rate: float | None = None
+        self.grad_norm: float | None = None
         self.exited = asyncio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self.handle.pid if self.handle is not None else None
+
+    def attach(self, handle: WorkerHandle) -> None:
+        self.handle = handle
+        for order in self.pending_orders:
+            handle.send(order)
+        self.pending_orders.clear()
 
     def status(self) -> WorkerStatus:
         return WorkerStatus(
@@ -185,74 +190,21 @@ class Worker:
         if self.state == WorkerState.UNHEALTHY:
             self.state = WorkerState.HEALTHY
 
-    def send_order(self, order: dict[str, Any]) -> None:
-        if self.sim is not None:
-            self.sim.order(order)
-        elif self.writer is not None:
-            self.writer.write((json.dumps(order) + "\n").encode())
+    def send_order(self, order: HookOrder) -> None:
+        if self.handle is not None:
+            self.handle.send(order)
         else:
             self.pending_orders.append(order)
 
     def signal(self, sig: int) -> None:
-        if self.sim is not None:
-            self.sim.signal(sig)
-            return
-        if self.pid is None or self.exit is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)  # the worker leads its own session: its helpers die too
+        if self.handle is not None and self.exit is None:
+            self.handle.signal(sig)
 
     async def capture_stack(self, wait_s: float = 0.3) -> str:
-        """Python stacks of all the worker's threads (faulthandler on SIGUSR1)."""
-        if self.sim is not None:
-            return str(self.sim.stack())
-        if self.pid is None or self.stack_file is None or self.exit is not None:
+        """Python stacks of all the worker's threads (a process's: faulthandler on SIGUSR1)."""
+        if self.handle is None or self.exit is not None:
             return ""
-        before = self.stack_file.stat().st_size if self.stack_file.exists() else 0
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGUSR1)
-        deadline = time.monotonic() + wait_s
-        text = ""
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-            if self.stack_file.exists() and self.stack_file.stat().st_size > before:
-                await asyncio.sleep(0.03)  # let faulthandler finish writing
-                with open(self.stack_file) as fh:
-                    fh.seek(before)
-                    text = fh.read()
-                break
-        return text
-
-
-@dataclass
-class Spare:
-    """A warm spare worker process (:mod:`agents.training.spare`) owned by the supervisor."""
-
-    proc: ChildProcess
-    log_path: Path
-    started: float
-    origin: str = "exec"
-    """``exec``: a fresh process that imports everything itself; ``zygote``: forked by the zygote."""
-    writer: asyncio.StreamWriter | None = None
-    """Its hook connection; set when it announced itself ready."""
-    ready_s: float | None = None
-    """Seconds its imports took (reported by the spare)."""
-    rss_kb: int = 0
-    """Its resident memory when it became ready."""
-    assigned: bool = False
-
-    @property
-    def pid(self) -> int:
-        return int(self.proc.pid)
-
-    @property
-    def ready(self) -> bool:
-        return (
-            self.writer is not None
-            and not self.assigned
-            and self.proc.returncode is None
-            and not self.writer.is_closing()
-        )
+        return await self.handle.capture_stack(wait_s)
 
 
 class TaskGroup:
@@ -315,55 +267,38 @@ class Supervisor:
             self.socket_path = Path(tempfile.mkdtemp(prefix="uc-")) / "hook.sock"
         self.worker_env = worker_env or {}
         self.groups: dict[str, TaskGroup] = {}
-        self._by_pid: dict[int, Worker] = {}
+        self._by_pid: dict[int, tuple[Worker, ProcessHandle]] = {}
+        """Worker processes by pid: a hook connection's hello binds to its handle."""
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_flush = time.time()
         self.drill: Callable[[str | None, FaultSpec], str] | None = None
         """Set by the agent: runs a fault drill (also node_loss) from the local drill CLI."""
-        self.spare_count = spares if worker_kind == "megatron" else 0
-        self.spare_refill_s = spare_refill_s
-        self.spares: dict[int, Spare] = {}
-        """Spare processes not yet handed out (starting or ready), by pid."""
-        self._spare_seq = 0
-        self._spare_failures = 0
-        self._refills = 0
-        """Refills scheduled and not yet started (they count toward ``spare_count``)."""
-        self._starting = 0
-        """Spare starts in progress (a fork or exec awaited; they count toward ``spare_count``)."""
-        self.zygote_wanted = zygote and self.spare_count > 0
-        self.zygote: ZygoteLink | None = None
-        self._early_spares: dict[int, tuple[dict[str, Any], asyncio.StreamWriter]] = {}
-        """Hellos of forked spares that arrived before the zygote's answer named their pid."""
-        self._closing = False
-        self.started_at: float | None = None
-        """``time.monotonic()`` when :meth:`start` ran (the warming bound counts from it)."""
-        self.warming_max_s = WARMING_MAX_S
-        self._warm = self.spare_count == 0
-        """Warming is over (latched; see :attr:`warming`)."""
-        self.on_warm: Callable[[], None] | None = None
-        """Set by the agent: called once when warming ends (it sends a heartbeat at once)."""
+        self.spare_pool = SparePool(
+            self.run_dir,
+            count=spares if worker_kind == "megatron" else 0,
+            refill_s=spare_refill_s,
+            zygote=zygote,
+            base_env=self._worker_base_env,
+            prepare_child=_prepare_child,
+            spawn=self._spawn,
+        )
+        self.on_task_completed: Callable[[str], None] | None = None
+        """Set by the agent: every local rank of the task finished its training (exit 0, done)."""
         self.on_hook_delay: Callable[[float], None] | None = None
         """Set by the agent's metrics: seconds from a worker stamping a hook event to its handling."""
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        self.started_at = time.monotonic()
         self._server = await asyncio.start_unix_server(self._serve_hook, path=str(self.socket_path))
         self._spawn(self._monitor_loop())
-        if not self._warm:
-            self._spawn(self._warming_bound())
-        if self.zygote_wanted:
-            await self._start_zygote()
-        await self._fill_spares()
+        await self.spare_pool.start(self._worker_pids)
 
     async def close(self) -> None:
-        self._closing = True
+        self.spare_pool.closing = True  # stopped workers must not make the pool start replacements
         for group in list(self.groups.values()):
             await self.stop_group(group.spec.task_id, grace_s=0.0)
-        await self._kill_spares()
-        if self.zygote is not None:
-            await self.zygote.close()
+        await self.spare_pool.close()
         for t in list(self._tasks):
             t.cancel()
         if self._server is not None:
@@ -383,37 +318,36 @@ class Supervisor:
         for g in self.groups.values():
             for w in g.workers.values():
                 w.signal(signal.SIGKILL)
-        for sp in self.spares.values():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(sp.pid, signal.SIGKILL)
-        if self.zygote is not None:
-            self.zygote.kill()
+        self.spare_pool.kill_all()
 
     # ------------------------------------------------------------------ warm spares
     @property
     def warming(self) -> bool:
-        """Spares are configured and none has been ready yet since the start (spare starts have not
-        given up and :data:`WARMING_MAX_S` has not passed). False for good once it was False."""
-        if self._warm:
-            return False
-        if self._spare_failures >= SPARE_START_FAILURES:
-            self._end_warming("spare starts gave up")
-        elif self.started_at is not None and time.monotonic() - self.started_at >= self.warming_max_s:
-            self._end_warming(f"no spare ready after {self.warming_max_s:g} s")
-        return not self._warm
+        """Spares are configured and none has been ready yet (see :attr:`SparePool.warming`)."""
+        return self.spare_pool.warming
 
-    def _end_warming(self, why: str) -> None:
-        if self._warm:
-            return
-        self._warm = True
-        since = time.monotonic() - self.started_at if self.started_at is not None else 0.0
-        log.info("warming over after %.2f s: %s", since, why)
-        if self.on_warm is not None:
-            self.on_warm()
+    @property
+    def on_warm(self) -> Callable[[], None] | None:
+        """Set by the agent: called once when warming ends (it sends a heartbeat at once)."""
+        return self.spare_pool.on_warm
 
-    async def _warming_bound(self) -> None:
-        await asyncio.sleep(self.warming_max_s)
-        _ = self.warming  # ends it (and tells the agent) if nothing else did
+    @on_warm.setter
+    def on_warm(self, callback: Callable[[], None] | None) -> None:
+        self.spare_pool.on_warm = callback
+
+    @property
+    def spares(self) -> dict[int, Spare]:
+        """Spare processes not yet handed out (starting or ready), by pid."""
+        return self.spare_pool.spares
+
+    def spare_info(self) -> list[dict[str, Any]]:
+        return self.spare_pool.info()
+
+    def _worker_pids(self) -> set[int]:
+        """Worker processes the supervisor waits for itself."""
+        pids = set(self._by_pid)
+        pids |= {w.pid for g in self.groups.values() for w in g.workers.values() if w.pid is not None}
+        return pids
 
     def _worker_base_env(self) -> dict[str, str]:
         """What every worker process's environment has, whichever rank it runs."""
@@ -428,196 +362,6 @@ class Supervisor:
         )
         env.update(self.worker_env)
         return env
-
-    async def _start_zygote(self) -> None:
-        why_not = can_adopt()
-        if why_not is not None:
-            log.warning("no spare zygote: %s; spares start as fresh processes", why_not)
-            return
-        self.zygote = ZygoteLink(self.run_dir, self._worker_base_env(), _prepare_child)
-        await self.zygote.start()
-        self._spawn(self._zygote_ready(self.zygote))
-        self._spawn(self._watch_zygote(self.zygote))
-        self._spawn(self._reap_orphans())
-
-    async def _zygote_ready(self, zygote: ZygoteLink) -> None:
-        await zygote.wait_ready()  # ready or gone: either way the spares can start now
-        self._write_spares()
-        await self._fill_spares()
-
-    async def _watch_zygote(self, zygote: ZygoteLink) -> None:
-        await zygote.watch()
-        self._write_spares()
-
-    def _zygote_starting(self) -> bool:
-        return self.zygote is not None and self.zygote.state == "starting"
-
-    async def _reap_orphans(self, every_s: float = 5.0) -> None:
-        """Reap exited processes that were orphaned below the agent and re-parented to it (a subreaper),
-        such as a killed worker's checkpoint helpers. Only processes of another session than the agent's,
-        and none the supervisor waits for itself."""
-        own_session = os.getsid(0)
-        while not self._closing:
-            await asyncio.sleep(every_s)
-            if self.zygote is not None and self.zygote.forking:
-                continue  # a spare that died at once is ours before the zygote's answer names it
-            zombies = zombie_children()
-            if not zombies:
-                continue
-            owned = set(self._by_pid) | set(self.spares)
-            owned |= {w.pid for g in self.groups.values() for w in g.workers.values() if w.pid is not None}
-            if self.zygote is not None and self.zygote.pid is not None:
-                owned.add(self.zygote.pid)
-            for pid in zombies:
-                if pid in owned or session_of(pid) in (None, own_session):
-                    continue
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-                    log.info("reaped orphan %s", pid)
-
-    async def _fill_spares(self) -> None:
-        """Start spares until ``spare_count`` exist (counting scheduled refills); none while the zygote
-        is still importing (it starts them when it is ready)."""
-        if self._zygote_starting():
-            return
-        while (
-            not self._closing
-            and self._spare_failures < SPARE_START_FAILURES
-            and len(self.spares) + self._refills + self._starting < self.spare_count
-        ):
-            self._starting += 1
-            try:
-                await self._start_spare()
-            finally:
-                self._starting -= 1
-
-    async def _start_spare(self) -> None:
-        self._spare_seq += 1
-        log_path = self.run_dir / f"spare-{self._spare_seq}.log"
-        if self.zygote is not None and self.zygote.ready:
-            try:
-                pid = await self.zygote.fork(log_path)
-            except ZygoteError:
-                pass  # logged; a fresh process below
-            else:
-                try:
-                    adopted = AdoptedProcess(pid)
-                except ProcessLookupError:  # reaped already: never seen on Linux, but not a crash
-                    log.warning("forked spare %s vanished before the agent adopted it", pid)
-                    self._spare_failures += 1
-                    return
-                sp = Spare(proc=adopted, log_path=log_path, started=time.time(), origin="zygote")
-                self.spares[sp.pid] = sp
-                self._write_spares()
-                self._spawn(self._watch_spare(sp))
-                early = self._early_spares.pop(pid, None)
-                if early is not None:
-                    self._spare_ready(*early)
-                return
-        with open(log_path, "ab") as logf:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "agents.training.spare",
-                env=self._worker_base_env(),
-                stdout=logf,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_prepare_child,
-            )
-        sp = Spare(proc=proc, log_path=log_path, started=time.time())
-        self.spares[sp.pid] = sp
-        self._write_spares()
-        self._spawn(self._watch_spare(sp))
-
-    async def _watch_spare(self, sp: Spare) -> None:
-        code = await sp.proc.wait()
-        if sp.assigned:
-            return  # its worker's own watcher reports the exit
-        self.spares.pop(sp.pid, None)
-        self._write_spares()
-        if self._closing:
-            return
-        if sp.writer is None:
-            self._spare_failures += 1
-            if self._spare_failures >= SPARE_START_FAILURES:
-                self._end_warming("spare starts gave up")
-        log.warning("spare %s exited (rc %s) before it was used; see %s", sp.pid, code, sp.log_path)
-        await self._fill_spares()
-
-    def _spare_ready(self, event: dict[str, Any], writer: asyncio.StreamWriter) -> None:
-        sp = self.spares.get(int(event["pid"]))
-        if sp is None and self.zygote is not None and self.zygote.ready:
-            self._early_spares[int(event["pid"])] = (event, writer)  # the zygote's answer is on its way
-            return
-        if sp is None:
-            log.warning("spare hello from unknown pid %s", event.get("pid"))
-            writer.close()
-            return
-        sp.writer = writer
-        sp.ready_s = float(event.get("ready_s", 0.0))
-        sp.rss_kb = int(event.get("rss_kb", 0)) or rss_kb(sp.pid)
-        self._spare_failures = 0
-        log.info("spare %s (%s) ready after %.3f s (rss %d KiB)", sp.pid, sp.origin, sp.ready_s, sp.rss_kb)
-        self._write_spares()
-        self._end_warming(f"spare {sp.pid} ready")
-
-    def _take_spare(self) -> Spare | None:
-        for sp in list(self.spares.values()):
-            if sp.ready:
-                sp.assigned = True
-                self.spares.pop(sp.pid, None)
-                return sp
-        return None
-
-    async def _refill_after(self, w: Worker) -> None:
-        """Replace a used spare once its worker finished its first iteration (or left, or after
-        ``spare_refill_s``): the new spare's imports then do not slow the transition down."""
-        self._refills += 1
-        try:
-            waits = [asyncio.ensure_future(e.wait()) for e in (w.first_iteration, w.exited)]
-            try:
-                await asyncio.wait(waits, timeout=self.spare_refill_s, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for t in waits:
-                    t.cancel()
-        finally:
-            self._refills -= 1
-        await self._fill_spares()
-
-    def spare_info(self) -> list[dict[str, Any]]:
-        """Spares not yet handed out: pid, ready, import seconds, RSS (KiB, now)."""
-        return [
-            {
-                "pid": sp.pid,
-                "ready": sp.ready,
-                "ready_s": sp.ready_s,
-                "rss_kb": rss_kb(sp.pid) if sp.proc.returncode is None else 0,
-                "log": str(sp.log_path),
-                "origin": sp.origin,
-            }
-            for sp in self.spares.values()
-        ]
-
-    def _write_spares(self) -> None:
-        """``RUN_DIR/spares.json``: the spares now (for operators, tests and benchmarks)."""
-        path = self.run_dir / "spares.json"
-        tmp = path.with_suffix(".json.tmp")
-        with contextlib.suppress(OSError):
-            zygote = self.zygote.info() if self.zygote is not None else None
-            tmp.write_text(json.dumps({"spares": self.spare_info(), "zygote": zygote, "at": time.time()}))
-            tmp.replace(path)
-
-    async def _kill_spares(self) -> None:
-        spares = list(self.spares.values())
-        for sp in spares:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(sp.pid, signal.SIGKILL)
-        for sp in spares:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(sp.proc.wait(), timeout=5)
-        self.spares.clear()
-        self._write_spares()
 
     # ------------------------------------------------------------------ evidence
     def _report(
@@ -656,15 +400,16 @@ class Supervisor:
         return group
 
     async def _start_worker(self, w: Worker) -> None:
-        if w.spec.kind == "sim":
-            w.sim = SimWorker(self, w)
-            w.pid = None
-            self._report(w, WorkerStarted(pid=os.getpid()), None)
-            self._spawn(self._watch_sim(w))
-        else:
-            await self._launch_process(w)
+        launch = self._LAUNCHERS.get(w.spec.kind, Supervisor._launch_process)
+        handle = await launch(self, w)
+        w.attach(handle)
+        self._report(w, WorkerStarted(pid=handle.pid if handle.pid is not None else os.getpid()), None)
+        self._spawn(self._watch(w, handle))
 
-    async def _launch_process(self, w: Worker) -> None:
+    async def _launch_sim(self, w: Worker) -> WorkerHandle:
+        return SimWorker(self, w)
+
+    async def _launch_process(self, w: Worker) -> WorkerHandle:
         spec = w.spec
         assign = WorkerAssignment(
             task_id=spec.task_id,
@@ -675,28 +420,23 @@ class Supervisor:
             node=self.node,
             transition=w.transition,
         )
-        w.stack_file = self.run_dir / f"stack-{spec.task_id}-e{spec.epoch}-r{w.rank}.txt"
+        stack_file = self.run_dir / f"stack-{spec.task_id}-e{spec.epoch}-r{w.rank}.txt"
         rank_env = {
             ENV_WORKER: assign.model_dump_json(),
-            ENV_STACK_FILE: str(w.stack_file),
+            ENV_STACK_FILE: str(stack_file),
             ENV_RANK: str(w.rank),
             ENV_ELASTIC_WAIT: str(self.elastic_wait_s),
             **self.worker_env,
         }
         log_path = self.run_dir / f"worker-{spec.task_id}-e{spec.epoch}-r{w.rank}.log"
-        spare = self._take_spare()
+        spare = self.spare_pool.take()
         if spare is not None and spare.writer is not None:
             # Register the pid first: the worker's hello on this connection binds it to ``w``.
-            proc = spare.proc
-            self._by_pid[proc.pid] = w
-            msg = {"assign": {"env": rank_env, "log": str(log_path)}}
-            spare.writer.write((json.dumps(msg) + "\n").encode())
-            log.info("rank %s of %s epoch %s: warm spare %s", w.rank, spec.task_id, spec.epoch, proc.pid)
-            self._write_spares()
-            if spare.origin == "zygote" and self.zygote is not None and self.zygote.ready:
-                self._spawn(self._fill_spares())  # a fork costs milliseconds: replace it at once
-            else:
-                self._spawn(self._refill_after(w))
+            handle = ProcessHandle(spare.proc, stack_file)
+            self._by_pid[handle.pid] = (w, handle)
+            spare.writer.write(encode(AssignOrder(env=rank_env, log=str(log_path))))
+            log.info("rank %s of %s epoch %s: warm spare %s", w.rank, spec.task_id, spec.epoch, handle.pid)
+            self.spare_pool.replace(spare, w.first_iteration, w.exited)
         else:
             env = self._worker_base_env()
             env.update(rank_env)
@@ -711,21 +451,19 @@ class Supervisor:
                     start_new_session=True,
                     preexec_fn=_prepare_child,
                 )
-        w.proc = proc
-        w.pid = proc.pid
-        self._by_pid[proc.pid] = w
-        self._report(w, WorkerStarted(pid=proc.pid), None)
-        self._spawn(self._watch_process(w))
+            handle = ProcessHandle(proc, stack_file)
+            self._by_pid[handle.pid] = (w, handle)
+        return handle
+
+    _LAUNCHERS: dict[str, Callable[[Supervisor, Worker], Awaitable[WorkerHandle]]] = {
+        "sim": _launch_sim,
+        "megatron": _launch_process,
+    }
+    """How a rank of each worker kind is launched."""
 
     # ------------------------------------------------------------------ process supervision
-    async def _watch_process(self, w: Worker) -> None:
-        assert w.proc is not None
-        code = await w.proc.wait()
-        self._on_exit(w, code)
-
-    async def _watch_sim(self, w: Worker) -> None:
-        assert w.sim is not None
-        code = await w.sim.run()
+    async def _watch(self, w: Worker, handle: WorkerHandle) -> None:
+        code = await handle.wait()
         self._on_exit(w, code)
 
     def _on_exit(self, w: Worker, code: int) -> None:
@@ -755,85 +493,90 @@ class Supervisor:
         w.exited.set()
         if w.pid is not None:
             self._by_pid.pop(w.pid, None)
+        group = self.groups.get(w.spec.task_id)
+        if (
+            self.on_task_completed is not None
+            and group is not None
+            and group.result().state == WorkerState.SUCCEEDED
+        ):
+            self.on_task_completed(w.spec.task_id)
 
     # ------------------------------------------------------------------ hook link
     async def _serve_hook(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         w: Worker | None = None
+        link: ProcessHandle | None = None
         try:
             while line := await reader.readline():
-                event = json.loads(line)
+                try:
+                    event = decode_event(line)
+                except HookProtocolError as exc:
+                    log.warning("hook frame refused: %s", exc)
+                    continue
                 if w is None:
-                    if event.get("ev") == "drill":
+                    if event.ev == "drill":
                         await self._serve_drill(event, writer)
                         return
-                    if event.get("ev") == "spare":
+                    if event.ev == "spare":
                         # A warm spare: the connection stays unbound until its worker says hello.
-                        self._spare_ready(event, writer)
+                        self.spare_pool.on_ready(event, writer)
                         continue
-                    if event.get("ev") != "hello":
+                    if event.ev != "hello":
                         continue
-                    w = self._by_pid.get(int(event["pid"]))
-                    if w is None:
-                        log.warning("hook hello from unknown pid %s", event.get("pid"))
+                    bound = self._by_pid.get(event.pid)
+                    if bound is None:
+                        log.warning("hook hello from unknown pid %s", event.pid)
                         return
-                    w.writer = writer
-                    for order in w.pending_orders:
-                        w.send_order(order)
-                    w.pending_orders.clear()
+                    w, link = bound
+                    link.bind(writer)
                     continue
                 self.on_event(w, event)
         except (ConnectionError, ValueError) as exc:
             log.warning("hook link error: %s", exc)
         finally:
-            if w is not None:
-                w.writer = None
+            if link is not None:
+                link.unbind()
             writer.close()
 
-    async def _serve_drill(self, event: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+    async def _serve_drill(self, event: DrillRequest, writer: asyncio.StreamWriter) -> None:
         """Local drill CLI (``python -m agents.drill``): inject a fault without the coordinator."""
         try:
             if self.drill is None:
                 raise RuntimeError("drills are not enabled")
-            result = {
-                "ok": True,
-                "detail": self.drill(event.get("task_id"), FaultSpec.model_validate(event["fault"])),
-            }
+            result = DrillAnswer(ok=True, detail=self.drill(event.task_id, event.fault))
         except Exception as exc:
-            result = {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}
-        writer.write((json.dumps(result) + "\n").encode())
+            result = DrillAnswer(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        writer.write(encode(result))
         await writer.drain()
 
-    def on_event(self, w: Worker, ev: dict[str, Any]) -> None:
-        kind = ev.get("ev")
-        stamped = ev.get("t")
-        if self.on_hook_delay is not None and isinstance(stamped, int | float):
+    def on_event(self, w: Worker, ev: HookEvent) -> None:
+        """A decoded hook event of worker ``w`` (from its socket, or from a simulated worker)."""
+        stamped = getattr(ev, "t", None)
+        if self.on_hook_delay is not None and stamped is not None:
             self.on_hook_delay(time.time() - stamped)
-        handler = self._EVENT_HANDLERS.get(str(kind))
+        handler = self._EVENT_HANDLERS.get(ev.ev)
         if handler is None:
-            log.warning("unknown hook event %r", kind)
+            log.warning("hook event %r is not expected from a worker", ev.ev)
             return
         handler(self, w, ev)
 
-    def _stale(self, w: Worker, ev: dict[str, Any]) -> bool:
+    def _stale(self, w: Worker, ep: int | None) -> bool:
         """An event of the worker's previous epoch arriving after it was moved to a new one."""
-        ep = ev.get("ep")
-        return ep is not None and int(ep) < w.spec.epoch
+        return ep is not None and ep < w.spec.epoch
 
-    def _ev_iter_start(self, w: Worker, ev: dict[str, Any]) -> None:
-        if self._stale(w, ev):
+    def _ev_iter_start(self, w: Worker, ev: IterationStart) -> None:
+        if self._stale(w, ev.ep):
             return
-        w.iteration = int(ev["it"])
-        w.iter_start = float(ev["t"])
-        w.phase = str(ev.get("phase", "train"))
+        w.iteration = ev.it
+        w.iter_start = ev.t
+        w.phase = ev.phase
         if w.state == WorkerState.INIT:
             w.state = WorkerState.HEALTHY
 
-    def _ev_iter_end(self, w: Worker, ev: dict[str, Any]) -> None:
-        if self._stale(w, ev):
+    def _ev_iter_end(self, w: Worker, ev: IterationEnd) -> None:
+        if self._stale(w, ev.ep):
             w.iter_start = None  # the old epoch's last iteration: its statistics went out at the re-key
             return
-        it, dur, phase = int(ev["it"]), float(ev["dur"]), str(ev.get("phase", "train"))
-        compute = float(ev.get("compute", dur))
+        it, dur, phase, compute = ev.it, ev.dur, ev.phase, ev.compute
         w.iter_start = None
         w.first_iteration.set()
         w.monitor.observe(dur, phase)
@@ -842,11 +585,15 @@ class Supervisor:
         w.last_it = it
         w.durations.append(dur)
         w.computes.append(compute)
-        w.mbs += int(ev.get("mbs", 0))
-        w.tokens += int(ev.get("tokens", 0) or 0)
-        w.flops += float(ev.get("flops", 0.0) or 0.0)
-        if ev.get("loss") is not None:
-            w.loss = float(ev["loss"])
+        w.mbs += ev.mbs
+        w.tokens += ev.tokens or 0
+        w.flops += ev.flops or 0.0
+        if ev.loss is not None:
+            w.loss = ev.loss
+        if ev.lr is not None:
+            w.learning_rate = ev.lr
+        if ev.grad_norm is not None and math.isfinite(ev.grad_norm):
+            w.grad_norm = ev.grad_norm
         group = self.groups.get(w.spec.task_id)
         if group is None:
             return
@@ -865,54 +612,57 @@ class Supervisor:
                 "statistical_monitoring",
             )
 
-    def _ev_mb(self, w: Worker, ev: dict[str, Any]) -> None:
+    def _ev_mb(self, w: Worker, ev: MicroBatchDone) -> None:
         pass  # counted at iteration end; the event keeps the micro-batch's global identity flowing
 
-    def _ev_sync(self, w: Worker, ev: dict[str, Any]) -> None:
-        if ev.get("it") is not None:
-            w.synced_it = int(ev["it"])
+    def _ev_sync(self, w: Worker, ev: ComputeDone) -> None:
+        if ev.it is not None:
+            w.synced_it = ev.it
 
-    def _ev_await(self, w: Worker, ev: dict[str, Any]) -> None:
+    def _ev_await(self, w: Worker, ev: AwaitingOrder) -> None:
         """The worker's collective failed; it waits for a transition order, not in an iteration."""
         w.iter_start = None
         w.slow_phase = None
         w.phase = "await"
 
-    def _ev_transition(self, w: Worker, ev: dict[str, Any]) -> None:
-        report = TransitionReport.model_validate(ev["report"])
-        self._report(w, report, None, float(ev["t"]), epoch=ev.get("ep"))
+    def _ev_transition(self, w: Worker, ev: TransitionDone) -> None:
+        self._report(w, ev.report, None, ev.t, epoch=ev.ep)
 
-    def _ev_phase(self, w: Worker, ev: dict[str, Any]) -> None:
-        if ev.get("state") == "begin":
-            w.slow_phase = str(ev["phase"])
-            w.slow_since = float(ev["t"])
+    def _ev_checkpoint(self, w: Worker, ev: CheckpointDone) -> None:
+        report = CheckpointSaved(iteration=ev.it, path=ev.path, size_bytes=ev.size_bytes)
+        self._report(w, report, None, ev.t, epoch=ev.ep)
+
+    def _ev_phase(self, w: Worker, ev: SlowPhase) -> None:
+        if ev.state == "begin":
+            w.slow_phase = ev.phase
+            w.slow_since = ev.t
         else:
             w.slow_phase = None
 
-    def _ev_exception(self, w: Worker, ev: dict[str, Any]) -> None:
-        stale = self._stale(w, ev)
+    def _ev_exception(self, w: Worker, ev: ExceptionRaised) -> None:
+        stale = self._stale(w, ev.ep)
         if not stale:
             w.exception_reported = True
         self._report(
             w,
             WorkerException(
-                exc_type=str(ev["type"]),
-                message=str(ev["msg"]),
-                traceback=str(ev["tb"]),
-                iteration=ev.get("it"),
-                in_collective=bool(ev.get("in_collective", False)),
-                waiting=bool(ev.get("waiting", False)),
+                exc_type=ev.type,
+                message=ev.msg,
+                traceback=ev.tb,
+                iteration=ev.it,
+                in_collective=ev.in_collective,
+                waiting=ev.waiting,
             ),
             "exception_propagation",
-            float(ev["t"]),
-            epoch=int(ev["ep"]) if stale else None,
+            ev.t,
+            epoch=ev.ep if stale else None,
             rank=w.old_rank if stale else None,
         )
 
-    def _ev_done(self, w: Worker, ev: dict[str, Any]) -> None:
+    def _ev_done(self, w: Worker, ev: TrainingDone) -> None:
         w.finished = True
 
-    _EVENT_HANDLERS: dict[str, Callable[[Supervisor, Worker, dict[str, Any]], None]] = {
+    _EVENT_HANDLERS: dict[str, Callable[[Supervisor, Worker, Any], None]] = {
         "iter_start": _ev_iter_start,
         "iter_end": _ev_iter_end,
         "mb": _ev_mb,
@@ -922,7 +672,9 @@ class Supervisor:
         "sync": _ev_sync,
         "await": _ev_await,
         "transition": _ev_transition,
+        "checkpoint": _ev_checkpoint,
     }
+    """The events of a bound worker, by their ``ev`` (hello, spare and drill frames come before)."""
 
     # ------------------------------------------------------------------ statistical monitoring
     async def _monitor_loop(self) -> None:
@@ -1004,6 +756,8 @@ class Supervisor:
                 tokens=w.tokens,
                 model_flops=w.flops,
                 loss=w.loss,
+                learning_rate=w.learning_rate,
+                grad_norm=w.grad_norm,
             ),
             None,
         )
@@ -1083,9 +837,7 @@ class Supervisor:
                 node=self.node,
                 transition=transition,
             )
-            w.send_order(
-                {"transition": {"order": transition.kind, "assignment": assign.model_dump(mode="json")}}
-            )
+            w.send_order(TransitionOrder(kind=transition.kind, assignment=assign))
         fresh: list[int] = []
         for ra in spec.launch.ranks:
             if ra.rank in group.workers:
@@ -1113,5 +865,5 @@ class Supervisor:
             if fault.kind == "crash" and fault.at_iteration is None:
                 w.signal(signal.SIGKILL)
             else:
-                w.send_order({"fault": fault.model_dump()})
+                w.send_order(FaultOrder(fault=fault))
         return f"{fault.kind} -> ranks {ranks}"

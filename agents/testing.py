@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import signal
 import sys
 import time
 import uuid
@@ -267,6 +268,23 @@ class TestCoordinator:
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+async def stop_agent(proc: asyncio.subprocess.Process, timeout_s: float = 20.0) -> None:
+    """Stop an agent started by :func:`spawn_agent` the way an operator does: SIGTERM, on which it stops
+    its workers (and what they started), its spares and its snapshot store; SIGKILL if it has not
+    exited after ``timeout_s``."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGCONT)  # a test may have frozen it
+        proc.terminate()
+    try:
+        await asyncio.wait_for(proc.wait(), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
 
 
 async def spawn_agent(

@@ -26,19 +26,10 @@ import contextlib
 import os
 import zlib
 
-ENV_CPU_BIND = "UNICRON_CPU_BIND"
-MODES = ("none", "task")
+from agents.settings import cpu_bind_mode
 
 _allowed: tuple[int, ...] | None = None
 """The cores this process could use before its first binding (a rebinding chooses among them)."""
-
-
-def bind_mode() -> str:
-    """The configured mode; ``ValueError`` naming the variable for anything but :data:`MODES`."""
-    mode = os.environ.get(ENV_CPU_BIND, "").strip().lower() or "none"
-    if mode not in MODES:
-        raise ValueError(f"{ENV_CPU_BIND}={mode!r} is not one of {', '.join(MODES)}")
-    return mode
 
 
 def core_for_task(task_id: str, allowed: tuple[int, ...]) -> int:
@@ -52,7 +43,7 @@ def core_for_task(task_id: str, allowed: tuple[int, ...]) -> int:
 def bind_task(task_id: str) -> int | None:
     """Bind every thread of this process to the core of ``task_id``; the core, or None when unbound."""
     global _allowed
-    if bind_mode() == "none":
+    if cpu_bind_mode() == "none":
         return None
     if _allowed is None:
         _allowed = tuple(sorted(os.sched_getaffinity(0)))
@@ -63,22 +54,3 @@ def bind_task(task_id: str) -> int | None:
         with contextlib.suppress(ProcessLookupError, FileNotFoundError):
             os.sched_setaffinity(int(tid), {core})
     return core
-
-
-ENV_WORKER_NICE = "UNICRON_WORKER_NICE"
-
-
-def worker_nice() -> int:
-    """``UNICRON_WORKER_NICE`` (0-19, default 0): the nice value the agent starts workers and warm spares
-    with, all alike (a spare that becomes a rank is never niced differently from its peers). On a host
-    where the control plane, the agents and the workers share the cores, a positive value keeps
-    heartbeats and transitions flowing while the workers saturate the CPU; ``ValueError`` naming the
-    variable for anything else."""
-    raw = os.environ.get(ENV_WORKER_NICE, "").strip() or "0"
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_WORKER_NICE}={raw!r} is not an integer") from None
-    if not 0 <= value <= 19:
-        raise ValueError(f"{ENV_WORKER_NICE}={value} is outside 0..19")
-    return value

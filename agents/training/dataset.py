@@ -34,6 +34,7 @@ import torch
 from tokenizers import Tokenizer
 
 from agents.data.prepare import eod_id
+from agents.training.data import MicroBatch, MicroBatchId
 from controlplane.core.recipe import BlendEntry, DataSection
 
 LOCK_FILE = ".build.lock"
@@ -278,3 +279,46 @@ def build_datasets(
         have = 0 if train_ds is None else len(train_ds)
         raise DatasetError(f"data: only {have} train samples could be built, {train_samples} needed")
     return RecipeDatasets(train_ds, valid_ds if valid_samples > 0 else None, tokenizer, seq_length)
+
+
+class RecipeSampler:
+    """Micro-batches of a recipe's train data by (iteration, global micro-batch index): the training
+    step's data source when the task's recipe has a data section (:class:`~agents.training.data.
+    SyntheticSampler` otherwise). Sample ``k`` of the run is the same in every process, so any replica
+    can recompute a micro-batch another one lost."""
+
+    def __init__(
+        self,
+        data: DataSection,
+        *,
+        seq_length: int,
+        seed: int,
+        micro_batch: int,
+        global_batch: int,
+        iterations: int,
+        vocab_size: int,
+        cache_dir: Path,
+    ) -> None:
+        if global_batch % micro_batch:
+            raise ValueError(f"global batch {global_batch} is not a multiple of micro-batch {micro_batch}")
+        self.micro_batch_size, self.global_batch_size = micro_batch, global_batch
+        self.num_micro_batches = global_batch // micro_batch
+        self.datasets = build_datasets(
+            data,
+            seq_length=seq_length,
+            seed=seed,
+            train_samples=max(iterations, 1) * global_batch,
+            valid_samples=0,
+            cache_dir=cache_dir,
+        )
+        self.vocab_size = self.datasets.tokenizer.vocab_size
+        if vocab_size < self.vocab_size:
+            raise DatasetError(
+                f"model.vocab_size: {vocab_size} is smaller than the tokenizer's {self.vocab_size} "
+                f"({self.datasets.tokenizer.path})"
+            )
+
+    def micro_batch(self, iteration: int, index: int) -> MicroBatch:
+        indices = global_sample_indices(iteration, index, self.micro_batch_size, self.global_batch_size)
+        batch = self.datasets.micro_batch(indices)
+        return MicroBatch(MicroBatchId(iteration, index), batch.tokens, batch.labels, batch.position_ids)

@@ -30,6 +30,8 @@ from typing import Any
 import torch.distributed as dist
 
 from agents.training.hook import NETWORK_ERROR_MESSAGE, TrainingHook
+from agents.training.hook_protocol import FaultOrder
+from controlplane.core.protocol import FaultSpec
 
 AFTER_ALL_REDUCE = "after_all_reduce"
 """``FaultSpec.message`` of a crash that fires after the gradient all-reduce."""
@@ -44,7 +46,7 @@ class WorkerFaults:
 
     def __init__(self, hook: TrainingHook) -> None:
         self.hook = hook
-        self.pending: list[dict[str, Any]] = []
+        self.pending: list[FaultSpec] = []
         self.slowdown = 1.0
         self._collective_fault: str | None = None
         self._message = ""
@@ -53,19 +55,17 @@ class WorkerFaults:
         hook.fault_handlers.append(self.arm)
         self._install_shim()
 
-    def arm(self, order: dict[str, Any]) -> None:
-        fault = order.get("fault")
-        if isinstance(fault, dict):
-            self.pending.append(fault)
+    def arm(self, order: FaultOrder) -> None:
+        self.pending.append(order.fault)
 
     def on_iteration_start(self, it: int) -> None:
         """Fire the faults due at iteration ``it`` (call it inside the hook's iteration context)."""
         self._iteration = it
-        due = [f for f in self.pending if f.get("at_iteration") is None or f["at_iteration"] <= it]
+        due = [f for f in self.pending if f.at_iteration is None or f.at_iteration <= it]
         for fault in due:
             self.pending.remove(fault)
-            kind = fault["kind"]
-            message = str(fault.get("message", "injected fault"))
+            kind = fault.kind
+            message = fault.message
             if kind == "crash" and message == AFTER_ALL_REDUCE:
                 self._crash_after_sync = it
             elif kind == "crash":
@@ -78,7 +78,7 @@ class WorkerFaults:
                 self._collective_fault = kind
                 self._message = message
             elif kind == "straggler":
-                self.slowdown = float(fault.get("slowdown", 1.0))
+                self.slowdown = fault.slowdown
 
     def after_all_reduce(self, it: int) -> None:
         """Call right after the gradient all-reduce of iteration ``it``."""

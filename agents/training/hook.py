@@ -18,9 +18,11 @@ Usage in any Megatron/PyTorch loop (the hook itself imports neither)::
     hook.finished()
 
 Transport: newline-delimited JSON over the Unix socket named by ``UNICRON_HOOK_SOCKET`` (the agent
-serves it). Without that variable the hook is inert (a standalone run pays one attribute check per
-call). The agent pushes orders down the same socket: fault-injection orders (``{"fault": …}``) and
-transition orders (``{"transition": …}``, see :mod:`agents.training.elastic`). Both are picked up
+serves it); the frames are the typed messages of :mod:`agents.training.hook_protocol`. Without that
+variable the hook is inert (a standalone run pays one attribute check per call). The agent pushes
+orders down the same socket: fault-injection orders (:class:`~agents.training.hook_protocol.FaultOrder`)
+and transition orders (:class:`~agents.training.hook_protocol.TransitionOrder`, see
+:mod:`agents.training.elastic`); a malformed one is refused with a line on stderr. Both are picked up
 without a thread by a non-blocking read at every iteration start; a worker whose collective failed
 blocks in :meth:`TrainingHook.wait_order` (bounded) instead.
 
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import json
 import os
 import signal
 import socket
@@ -42,6 +43,29 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
+
+from pydantic import BaseModel as HookFrame
+
+from agents.training.hook_protocol import (
+    AwaitingOrder,
+    CheckpointDone,
+    ComputeDone,
+    ExceptionRaised,
+    FaultOrder,
+    HookProtocolError,
+    IterationEnd,
+    IterationStart,
+    MicroBatchDone,
+    SlowPhase,
+    TrainingDone,
+    TransitionDone,
+    TransitionOrder,
+    WorkerHello,
+    decode_order,
+    encode,
+)
+from controlplane.core.env import env_int, env_str
+from controlplane.core.protocol import TransitionReport
 
 EXIT_OK = 0
 EXIT_EXCEPTION = 17
@@ -59,7 +83,7 @@ ENV_SOCKET = "UNICRON_HOOK_SOCKET"
 ENV_STACK_FILE = "UNICRON_STACK_FILE"
 ENV_RANK = "UNICRON_RANK"
 
-FaultHandler = Callable[[dict[str, Any]], None]
+FaultHandler = Callable[[FaultOrder], None]
 
 
 def reap_children() -> None:
@@ -90,7 +114,7 @@ class TrainingHook:
         """The worker's epoch; tags exception and transition events (the agent may already have
         moved the worker to a newer epoch when an old epoch's error arrives)."""
         self.fault_handlers: list[FaultHandler] = []
-        self.orders: list[dict[str, Any]] = []
+        self.orders: list[TransitionOrder] = []
         """Transition orders received and not yet taken."""
         self.in_collective = False
         self._stack_fh: TextIO | None = None
@@ -98,19 +122,19 @@ class TrainingHook:
             self._stack_fh = open(stack_file, "w")  # noqa: SIM115 - lives as long as the process
             faulthandler.register(signal.SIGUSR1, file=self._stack_fh, all_threads=True, chain=False)
         if sock is not None:
-            self._send({"ev": "hello", "rank": rank, "pid": os.getpid()})
+            self._send(WorkerHello(rank=rank, pid=os.getpid()))
 
     @classmethod
     def from_env(cls, sock: socket.socket | None = None, buffered: bytes = b"") -> TrainingHook:
         """Connect to the agent named by the environment, or use ``sock``: a warm spare's connection
         (:mod:`agents.training.spare`), with ``buffered`` bytes it has already read past its
         assignment."""
-        path = os.environ.get(ENV_SOCKET)
-        rank = int(os.environ.get(ENV_RANK, "0"))
+        path = env_str(ENV_SOCKET)
+        rank = env_int(ENV_RANK, 0, minimum=0)
         if sock is None and path:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.connect(path)
-        hook = cls(sock, rank, os.environ.get(ENV_STACK_FILE))
+        hook = cls(sock, rank, env_str(ENV_STACK_FILE))
         if buffered:
             hook._take(buffered)
         return hook
@@ -120,12 +144,11 @@ class TrainingHook:
         return self._sock is not None
 
     # ---------------------------------------------------------------- transport
-    def _send(self, event: dict[str, Any]) -> None:
+    def _send(self, event: HookFrame) -> None:
         if self._sock is None:
             return
-        data = (json.dumps(event, separators=(",", ":")) + "\n").encode()
         try:
-            self._sock.sendall(data)
+            self._sock.sendall(encode(event))
         except OSError:
             # The agent is gone: a worker without its supervisor must not keep training.
             os._exit(EXIT_HOOK_LOST)
@@ -148,25 +171,31 @@ class TrainingHook:
         self._buf += chunk
         while b"\n" in self._buf:
             line, self._buf = self._buf.split(b"\n", 1)
-            order = json.loads(line)
-            if "transition" in order:
-                self.orders.append(order["transition"])
+            try:
+                order = decode_order(line)
+            except HookProtocolError as exc:
+                print(f"[hook] refused: {exc}", file=sys.stderr, flush=True)
                 continue
-            for handler in self.fault_handlers:
-                handler(order)
+            if order.order == "transition":
+                self.orders.append(order)
+            elif order.order == "fault":
+                for handler in self.fault_handlers:
+                    handler(order)
+            else:
+                print(f"[hook] refused: a worker takes no {order.order!r} order", file=sys.stderr, flush=True)
 
-    def poll_orders(self) -> dict[str, Any] | None:
+    def poll_orders(self) -> TransitionOrder | None:
         """A pending transition order, if one arrived (non-blocking); it is taken."""
         self._poll()
         return self.orders.pop(0) if self.orders else None
 
-    def wait_order(self, timeout_s: float) -> dict[str, Any] | None:
+    def wait_order(self, timeout_s: float) -> TransitionOrder | None:
         """Block up to ``timeout_s`` for a transition order (after a failed collective)."""
         if self.orders:
             return self.orders.pop(0)
         if self._sock is None:
             return None
-        self._send({"ev": "await", "t": time.time(), "ep": self.epoch})
+        self._send(AwaitingOrder(t=time.time(), ep=self.epoch))
         deadline = time.monotonic() + timeout_s
         while not self.orders:
             left = deadline - time.monotonic()
@@ -196,27 +225,26 @@ class TrainingHook:
         self._micro_batches = 0
         start = time.time()
         self._iter_start = start
-        self._send({"ev": "iter_start", "it": it, "t": start, "phase": phase, "ep": self.epoch})
+        self._send(IterationStart(it=it, t=start, phase=phase, ep=self.epoch))
         yield
         end = time.time()
         self._send(
-            {
-                "ev": "iter_end",
-                "it": it,
-                "t": end,
-                "dur": end - start,
-                "compute": self._compute_s if self._compute_s is not None else end - start,
-                "mbs": self._micro_batches,
-                "phase": phase,
-                "ep": self.epoch,
+            IterationEnd(
+                it=it,
+                t=end,
+                dur=end - start,
+                compute=self._compute_s if self._compute_s is not None else end - start,
+                mbs=self._micro_batches,
+                phase=phase,
+                ep=self.epoch,
                 **self._progress,
-            }
+            )
         )
 
     def micro_batch_done(self, it: int, index: int) -> None:
         """Micro-batch ``index`` (its global index in the iteration) of iteration ``it`` finished."""
         self._micro_batches += 1
-        self._send({"ev": "mb", "it": it, "idx": index, "t": time.time()})
+        self._send(MicroBatchDone(it=it, idx=index, t=time.time()))
 
     def compute_done(self) -> None:
         """All local micro-batches done; what follows is gradient synchronisation and the update.
@@ -225,43 +253,60 @@ class TrainingHook:
         rank is a victim of a hung peer, not the culprit (see :mod:`agents.supervisor`)."""
         now = time.time()
         self._compute_s = now - self._iter_start
-        self._send({"ev": "sync", "it": self._iteration, "t": now})
+        self._send(ComputeDone(it=self._iteration, t=now))
 
-    def transition(self, report: dict[str, Any]) -> None:
-        """The first iteration of a new epoch completed: how the rank got there (TransitionReport)."""
-        self._send({"ev": "transition", "t": time.time(), "ep": self.epoch, "report": report})
+    def transition(self, report: TransitionReport) -> None:
+        """The first iteration of a new epoch completed: how the rank got there."""
+        self._send(TransitionDone(t=time.time(), ep=self.epoch, report=report))
 
-    def set_progress(self, tokens: int, model_flops: float, loss: float | None = None) -> None:
-        self._progress = {"tokens": tokens, "flops": model_flops, "loss": loss}
+    def checkpoint_saved(self, iteration: int, path: str, size_bytes: int) -> None:
+        """A persistent checkpoint of ``iteration`` is complete at ``path`` (``size_bytes`` on storage)."""
+        frame = CheckpointDone(t=time.time(), ep=self.epoch, it=iteration, path=path, size_bytes=size_bytes)
+        self._send(frame)
+
+    def set_progress(
+        self,
+        tokens: int,
+        model_flops: float,
+        loss: float | None = None,
+        learning_rate: float | None = None,
+        grad_norm: float | None = None,
+    ) -> None:
+        self._progress = {
+            "tokens": tokens,
+            "flops": model_flops,
+            "loss": loss,
+            "lr": learning_rate,
+            "grad_norm": grad_norm,
+        }
 
     @contextlib.contextmanager
     def slow_phase(self, phase: str) -> Iterator[None]:
         """Mark a phase that is slow on purpose (checkpoint, evaluation); monitors exclude it."""
-        self._send({"ev": "phase", "phase": phase, "state": "begin", "t": time.time()})
+        self._send(SlowPhase(phase=phase, state="begin", t=time.time()))
         yield
-        self._send({"ev": "phase", "phase": phase, "state": "end", "t": time.time()})
+        self._send(SlowPhase(phase=phase, state="end", t=time.time()))
 
     def finished(self) -> None:
-        self._send({"ev": "done", "t": time.time()})
+        self._send(TrainingDone(t=time.time()))
 
     # ---------------------------------------------------------------- errors
     def report_exception(self, exc: BaseException, waiting: bool = False) -> None:
         """Forward ``exc``; ``waiting``: the worker stays alive and waits for an order (elastic)."""
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self._send(
-            {
-                "ev": "exception",
-                "t": time.time(),
-                "type": f"{type(exc).__module__}.{type(exc).__qualname__}"
+            ExceptionRaised(
+                t=time.time(),
+                type=f"{type(exc).__module__}.{type(exc).__qualname__}"
                 if type(exc).__module__ != "builtins"
                 else type(exc).__qualname__,
-                "msg": str(exc),
-                "tb": tb,
-                "it": self._iteration,
-                "in_collective": self.in_collective or "distributed_c10d.py" in tb,
-                "ep": self.epoch,
-                "waiting": waiting,
-            }
+                msg=str(exc),
+                tb=tb,
+                it=self._iteration,
+                in_collective=self.in_collective or "distributed_c10d.py" in tb,
+                ep=self.epoch,
+                waiting=waiting,
+            )
         )
         exc.__dict__["_unicron_reported"] = True
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from agents.training.worker import ENV_WORKER, WorkerAssignment
+from agents.training.assignment import ENV_WORKER, WorkerAssignment
 from controlplane.core.protocol import WorkerLaunch
 
 

@@ -10,11 +10,12 @@ own session, ``PR_SET_PDEATHSIG``). A spare
    process group, no model, no CPU compatibility layer (that is entered by the worker after its
    assignment, on its training thread);
 2. connects to the agent's hook socket (``UNICRON_HOOK_SOCKET``) and announces itself
-   (``{"ev": "spare", "pid", "ready_s", "rss_kb"}``);
-3. blocks in one ``recv`` until the agent hands it an assignment: one JSON line
-   ``{"assign": {"env": {...}, "log": PATH}}`` whose ``env`` holds exactly the per-rank variables a
-   freshly launched worker gets (``UNICRON_WORKER`` — the :class:`~agents.training.worker.
-   WorkerAssignment` JSON —, ``UNICRON_STACK_FILE``, ``UNICRON_RANK``, ``UNICRON_ELASTIC_WAIT_S`` and
+   (:class:`~agents.training.hook_protocol.SpareReady`: pid, import seconds, RSS);
+3. blocks in one ``recv`` until the agent hands it an assignment: one
+   :class:`~agents.training.hook_protocol.AssignOrder` whose ``env`` holds exactly the per-rank
+   variables a freshly launched worker gets (``UNICRON_WORKER`` — the
+   :class:`~agents.training.assignment.WorkerAssignment` JSON —, ``UNICRON_STACK_FILE``,
+   ``UNICRON_RANK``, ``UNICRON_ELASTIC_WAIT_S`` and
    the agent's worker environment such as the snapshot directory);
 4. takes that environment, points its stdout/stderr at the rank's log file, and from then on *is* the
    worker: :func:`agents.training.worker.run_assignment` on the same hook connection (the worker's
@@ -28,14 +29,15 @@ reports its RSS when it is ready; the agent logs it and lists it in ``spares.jso
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
 import time
-from typing import Any
+from typing import Literal
 
 from agents.training.hook import ENV_SOCKET, EXIT_HOOK_LOST
+from agents.training.hook_protocol import AssignOrder, HookProtocolError, SpareReady, decode_order, encode
+from controlplane.core.env import env_str
 
 PRELOAD = (
     "torch",
@@ -85,7 +87,7 @@ def rss_kb(pid: int | None = None) -> int:
     return 0
 
 
-def wait_assignment(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
+def wait_assignment(sock: socket.socket) -> tuple[AssignOrder, bytes]:
     """Block until the agent's assignment line arrives; returns it and any bytes after it."""
     buf = b""
     while b"\n" not in buf:
@@ -97,17 +99,16 @@ def wait_assignment(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
             os._exit(EXIT_HOOK_LOST)  # the agent is gone (or stopped its spares)
         buf += chunk
     line, rest = buf.split(b"\n", 1)
-    msg = json.loads(line)
-    assign = msg.get("assign")
-    if not isinstance(assign, dict):
-        raise ValueError(f"a spare expects an assignment, got {sorted(msg)}")
-    return assign, rest
+    order = decode_order(line)
+    if order.order != "assign":
+        raise HookProtocolError(f"a spare expects an assign order, got a {order.order!r} order")
+    return order, rest
 
 
-def become_worker(assign: dict[str, Any]) -> None:
+def become_worker(assign: AssignOrder) -> None:
     """Take the rank's environment and log file, exactly as a freshly launched worker has them."""
-    os.environ.update({str(k): str(v) for k, v in dict(assign.get("env", {})).items()})
-    log_path = assign.get("log")
+    os.environ.update(assign.env)
+    log_path = assign.log
     if log_path:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -119,7 +120,7 @@ def become_worker(assign: dict[str, Any]) -> None:
 
 def hook_socket_path() -> str:
     """The agent's hook socket, from the environment (a spare or zygote not started by an agent leaves)."""
-    path = os.environ.get(ENV_SOCKET)
+    path = env_str(ENV_SOCKET)
     if not path:
         print(f"{ENV_SOCKET} is not set: spares are started by the agent", file=sys.stderr)
         os._exit(2)
@@ -133,30 +134,24 @@ def main() -> None:
     serve(path, time.perf_counter() - t0)
 
 
-def serve(path: str, ready_s: float, origin: str = "exec") -> None:
+def serve(path: str, ready_s: float, origin: Literal["exec", "zygote"] = "exec") -> None:
     """Announce this ready spare on the hook socket, wait for the assignment, then be the worker.
     ``origin``: ``exec`` (a process that imported everything itself) or ``zygote`` (forked from
     :mod:`agents.training.zygote`)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
-    hello = {
-        "ev": "spare",
-        "pid": os.getpid(),
-        "ready_s": round(ready_s, 3),
-        "rss_kb": rss_kb(),
-        "origin": origin,
-    }
-    sock.sendall((json.dumps(hello) + "\n").encode())
+    hello = SpareReady(pid=os.getpid(), ready_s=round(ready_s, 3), rss_kb=rss_kb(), origin=origin)
+    sock.sendall(encode(hello))
     print(
-        f"[spare] pid {os.getpid()} ({origin}) ready after {ready_s:.3f} s, rss {hello['rss_kb']} KiB",
+        f"[spare] pid {os.getpid()} ({origin}) ready after {ready_s:.3f} s, rss {hello.rss_kb} KiB",
         flush=True,
     )
     assign, rest = wait_assignment(sock)
-    print(f"[spare] pid {os.getpid()} assigned, log {assign.get('log')}", flush=True)
+    print(f"[spare] pid {os.getpid()} assigned, log {assign.log}", flush=True)
     become_worker(assign)
     from agents.training.worker import ENV_WORKER, run_assignment
 
-    run_assignment(os.environ.get(ENV_WORKER, ""), sock=sock, buffered=rest)
+    run_assignment(env_str(ENV_WORKER, "") or "", sock=sock, buffered=rest)
 
 
 if __name__ == "__main__":

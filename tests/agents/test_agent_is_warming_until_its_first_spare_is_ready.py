@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.agent import ENV_SPARES
-from agents.supervisor import SPARE_START_FAILURES, Supervisor
+from agents.settings import ENV_SPARES
+from agents.spare_pool import SPARE_START_FAILURES
+from agents.supervisor import Supervisor
 from agents.testing import TaskDriver, TestCoordinator, spares, spawn_agent
 from agents.training.hook import ENV_SOCKET
 from controlplane.core.protocol import Hello
@@ -73,7 +74,7 @@ async def test_warming_ends_when_spare_starts_give_up(tmp_path: Path) -> None:
         while sup.warming and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert sup.warming is False
-        assert sup._spare_failures >= SPARE_START_FAILURES
+        assert sup.spare_pool.failures >= SPARE_START_FAILURES
         assert len(ended) == 1
     finally:
         await sup.close()
@@ -81,7 +82,7 @@ async def test_warming_ends_when_spare_starts_give_up(tmp_path: Path) -> None:
 
 async def test_warming_ends_after_its_bound_and_stays_over(tmp_path: Path) -> None:
     sup = Supervisor(emit=lambda r: None, run_dir=tmp_path, spares=1)
-    sup.warming_max_s = 0.3  # far less than a spare's torch/megatron imports
+    sup.spare_pool.warming_max_s = 0.3  # far less than a spare's torch/megatron imports
     ended: list[float] = []
     sup.on_warm = lambda: ended.append(time.monotonic())
     await _started(sup)

@@ -101,11 +101,11 @@ async def test_duplicate_and_stale_commands_are_acked_but_not_executed(
 ) -> None:
     cmd = start_command("t", 3, launch(iterations=10_000), "start-3")
     assert (await coordinator.command("sim-a", cmd)).outcome == "done"
-    pids_before = [w.sim for w in sim_agent.supervisor.groups["t"].workers.values()]
+    pids_before = [w.handle for w in sim_agent.supervisor.groups["t"].workers.values()]
     await coordinator.send("sim-a", cmd)
     await coordinator.wait_for(lambda: len(coordinator.messages("ack")) >= 2, 5)
     assert coordinator.messages("ack")[1].envelope.message.outcome == "duplicate"  # type: ignore[union-attr]
-    assert [w.sim for w in sim_agent.supervisor.groups["t"].workers.values()] == pids_before
+    assert [w.handle for w in sim_agent.supervisor.groups["t"].workers.values()] == pids_before
     stale = await coordinator.command("sim-a", start_command("t", 2, launch(iterations=10), "start-2"))
     assert stale.outcome == "stale_epoch"
     assert sim_agent.supervisor.groups["t"].spec.epoch == 3

@@ -15,8 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from agents.agent import ENV_SPARES
-from agents.metrics import ENV_ADDR, ENV_PORT
+from agents.settings import ENV_METRICS_ADDR, ENV_METRICS_PORT, ENV_SPARES
 from agents.testing import TaskDriver, TestCoordinator, spares, spawn_agent
 from tests.agents.helpers import free_port, launch
 
@@ -59,7 +58,7 @@ async def test_a_real_agent_serves_its_metrics(coordinator: TestCoordinator, tmp
         2,
         tmp_path,
         worker="sim",
-        extra_env={ENV_PORT: str(port), ENV_ADDR: "127.0.0.1"},
+        extra_env={ENV_METRICS_PORT: str(port), ENV_METRICS_ADDR: "127.0.0.1"},
     )
     try:
         await coordinator.wait_for(lambda: coordinator.messages("hello", "m1"), 60)
@@ -99,7 +98,7 @@ async def test_a_real_agent_counts_its_warm_spare_once_ready(
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     proc = await spawn_agent(
-        coordinator.url, "m3", 1, tmp_path, extra_env={ENV_PORT: str(port), ENV_SPARES: "1"}
+        coordinator.url, "m3", 1, tmp_path, extra_env={ENV_METRICS_PORT: str(port), ENV_SPARES: "1"}
     )  # real Megatron-Core workers: the spare imports torch before it is ready
     try:
         starting = await _until(url, lambda s: _v(s, "unicron_agent_warm_spares") == 1.0, 60)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.metrics import ENV_ADDR, ENV_PORT, MetricsEndpoint, endpoint_from_env
+from agents.settings import ENV_METRICS_ADDR, ENV_METRICS_PORT, MetricsEndpoint, metrics_endpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,9 +33,9 @@ def _agent(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
 
 @pytest.mark.parametrize("value", ["abc", "70000", "-1"])
 def test_a_bad_port_stops_the_agent_naming_the_variable(value: str, tmp_path: Path) -> None:
-    done = _agent({ENV_PORT: value}, tmp_path)
+    done = _agent({ENV_METRICS_PORT: value}, tmp_path)
     assert done.returncode != 0
-    assert f"{ENV_PORT}=" in done.stderr
+    assert f"{ENV_METRICS_PORT}=" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -44,16 +44,16 @@ def test_a_taken_port_stops_the_agent_naming_it(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = _agent({ENV_PORT: str(port), ENV_ADDR: "127.0.0.1"}, tmp_path)
+        done = _agent({ENV_METRICS_PORT: str(port), ENV_METRICS_ADDR: "127.0.0.1"}, tmp_path)
     assert done.returncode != 0
-    assert f"{ENV_PORT}={port} / {ENV_ADDR}=127.0.0.1: cannot listen" in done.stderr
+    assert f"{ENV_METRICS_PORT}={port} / {ENV_METRICS_ADDR}=127.0.0.1: cannot listen" in done.stderr
 
 
 def test_zero_or_unset_is_off_and_the_address_defaults_to_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_ADDR, raising=False)
-    monkeypatch.setenv(ENV_PORT, "0")
-    assert endpoint_from_env() is None
-    monkeypatch.delenv(ENV_PORT)
-    assert endpoint_from_env() is None
-    monkeypatch.setenv(ENV_PORT, "9101")
-    assert endpoint_from_env() == MetricsEndpoint("127.0.0.1", 9101)
+    monkeypatch.delenv(ENV_METRICS_ADDR, raising=False)
+    monkeypatch.setenv(ENV_METRICS_PORT, "0")
+    assert metrics_endpoint() is None
+    monkeypatch.delenv(ENV_METRICS_PORT)
+    assert metrics_endpoint() is None
+    monkeypatch.setenv(ENV_METRICS_PORT, "9101")
+    assert metrics_endpoint() == MetricsEndpoint("127.0.0.1", 9101)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.training.cpu_bind import ENV_CPU_BIND, bind_mode, bind_task, core_for_task
+from agents.settings import ENV_CPU_BIND, cpu_bind_mode
+from agents.training.cpu_bind import bind_task, core_for_task
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +50,7 @@ def test_a_task_keeps_its_core_whatever_its_ranks() -> None:
 def test_unset_or_none_leaves_affinity_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     before = os.sched_getaffinity(0)
     monkeypatch.delenv(ENV_CPU_BIND, raising=False)
-    assert bind_mode() == "none"
+    assert cpu_bind_mode() == "none"
     assert bind_task("1") is None
     monkeypatch.setenv(ENV_CPU_BIND, "None ")
     assert bind_task("0") is None
@@ -99,11 +100,11 @@ def test_workers_start_at_the_configured_nice_value() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "message"), [("-5", "outside 0..19"), ("20", "outside 0..19"), ("x", "integer")]
+    ("raw", "message"), [("-5", "between 0 and 19"), ("20", "between 0 and 19"), ("x", "integer")]
 )
 def test_a_bad_nice_value_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, raw: str, message: str) -> None:
     from agents.cli import main
-    from agents.training.cpu_bind import worker_nice
+    from agents.settings import worker_nice
 
     monkeypatch.setenv("UNICRON_WORKER_NICE", raw)
     with pytest.raises(ValueError, match=message):

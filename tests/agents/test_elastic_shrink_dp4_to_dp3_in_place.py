@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.testing import TaskDriver, TestCoordinator, load_state, spawn_agent
-from agents.training.worker import ENV_STATE_DUMP
+from agents.testing import TaskDriver, TestCoordinator, load_state, spawn_agent, stop_agent
+from agents.training.bench_knobs import ENV_STATE_DUMP
 from controlplane.core.protocol import FaultSpec, ParallelConfig, TransitionReport
 from tests.agents.helpers import TINY, launch
 
@@ -55,7 +55,7 @@ async def _run(c: TestCoordinator, tmp: Path, node: str, crash: bool) -> tuple[P
         await d.wait_events("exited", 3, epoch=2, timeout=180)
         return dump, d
     finally:
-        agent.kill()
+        await stop_agent(agent)
         await agent.wait()
 
 

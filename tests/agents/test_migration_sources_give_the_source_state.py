@@ -21,9 +21,9 @@ import torch  # noqa: F401 - imported before any link is up: a first import bloc
 
 from agents.agent import Agent, AgentConfig
 from agents.monitor import MonitorConfig
-from agents.testing import TaskDriver, TestCoordinator, load_state, same_state, spawn_agent
+from agents.testing import TaskDriver, TestCoordinator, load_state, same_state, spawn_agent, stop_agent
+from agents.training.bench_knobs import ENV_STATE_DUMP, ENV_STATE_DUMP_FIRST
 from agents.training.snapshot import ENV_SNAPSHOT_DIR, ENV_SNAPSHOT_NODE
-from agents.training.worker import ENV_STATE_DUMP, ENV_STATE_DUMP_FIRST
 from controlplane.core.protocol import (
     FaultSpec,
     ParallelConfig,
@@ -73,7 +73,7 @@ async def test_a_replacement_on_the_same_node_takes_the_live_replica_state(
         reps = {r.rank: _report(r) for r in await d.wait_events("transition", 2, epoch=2)}
         await d.wait_events("exited", 2, epoch=2)
     finally:
-        agent.kill()
+        await stop_agent(agent)
         await agent.wait()
     kept, fresh = reps[0], reps[1]
     assert (kept.in_place, kept.source, kept.from_epoch, kept.reused_micro_batches) == (
@@ -240,7 +240,7 @@ async def test_a_checkpoint_saves_after_a_replica_took_its_peer_state(
         )
         exited = await d.wait_events("exited", 2, epoch=2)
     finally:
-        agent.kill()
+        await stop_agent(agent)
         await agent.wait()
     assert d.events("exception", 2) == [], [r.event for _, r in d.events("exception", 2)]
     assert all(getattr(r.event, "exit_code", None) == 0 for r in exited), [r.event for r in exited]

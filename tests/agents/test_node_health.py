@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.testing import TestCoordinator, spawn_agent
+from agents.testing import TestCoordinator, spawn_agent, stop_agent
 
 
 @pytest.mark.slow
@@ -28,7 +28,7 @@ async def test_frozen_agent_is_lost_by_heartbeat_expiry_within_3s(tmp_path: Path
             n = len(c.messages("heartbeat", "frozen"))
             await c.wait_for(lambda: len(c.messages("heartbeat", "frozen")) > n, 5)
         finally:
-            agent.kill()
+            await stop_agent(agent)
             await agent.wait()
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.testing import TaskDriver, TestCoordinator, load_state, spawn_agent
+from agents.testing import TaskDriver, TestCoordinator, load_state, spawn_agent, stop_agent
+from agents.training.bench_knobs import ENV_STATE_DUMP
 from agents.training.faults import AFTER_ALL_REDUCE
-from agents.training.worker import ENV_STATE_DUMP
 from controlplane.core.protocol import FaultSpec, ParallelConfig, TransitionReport
 from tests.agents.helpers import launch
 
@@ -74,7 +74,7 @@ async def _run(c: TestCoordinator, tmp: Path, name: str, fault: FaultSpec | None
         await d.wait_events("exited", 1, epoch=2)
         return dump, d
     finally:
-        agent.kill()
+        await stop_agent(agent)
         await agent.wait()
 
 

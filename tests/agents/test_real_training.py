@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.testing import TestCoordinator, spawn_agent
+from agents.testing import TestCoordinator, spawn_agent, stop_agent
 from tests.agents.helpers import launch, start_command
 
 pytestmark = pytest.mark.slow
@@ -47,5 +47,5 @@ async def test_pp2_trains_saves_and_resumes_from_its_checkpoint(
         assert min(s.first_iteration for s in resumed) == 40  # type: ignore[union-attr]
         assert max(s.last_iteration for s in resumed) == 43  # type: ignore[union-attr]
     finally:
-        agent.kill()
+        await stop_agent(agent)
         await agent.wait()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.testing import TaskDriver, TestCoordinator, load_state, same_state, spawn_agent
-from agents.training.worker import ENV_STATE_DUMP
+from agents.testing import TaskDriver, TestCoordinator, load_state, same_state, spawn_agent, stop_agent
+from agents.training.bench_knobs import ENV_STATE_DUMP
 from controlplane.core.protocol import FaultSpec, Rendezvous, TransitionReport
 from tests.agents.helpers import free_port, launch
 
@@ -48,7 +48,7 @@ async def test_retry_keeps_processes_and_finished_micro_batches(
         reps = await d.wait_events("transition", 2, epoch=2)
         exits = await d.wait_events("exited", 2, epoch=2)
     finally:
-        agent.kill()
+        await stop_agent(agent)
         await agent.wait()
     for r in reps:
         rep = r.event
@@ -75,7 +75,7 @@ async def test_retry_keeps_processes_and_finished_micro_batches(
         await f.start("free", 1, launch(dp=2, iterations=ITERATIONS))
         await f.wait_events("exited", 2)
     finally:
-        agent.kill()
+        await stop_agent(agent)
         await agent.wait()
     for it in range(ITERATIONS):
         for rank in (0, 1):
@@ -120,7 +120,7 @@ async def test_retry_in_place_rebuilds_tensor_parallel_groups(
             else:
                 await d.wait_events("exited", 2)
         finally:
-            agent.kill()
+            await stop_agent(agent)
             await agent.wait()
         runs[name] = dump
     for it in range(ITERATIONS):

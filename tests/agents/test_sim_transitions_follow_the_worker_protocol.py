@@ -27,7 +27,7 @@ async def test_reconfigure_moves_live_sim_workers_in_place(
     d = TaskDriver(coordinator)
     await d.start("sim-a", 1, launch(dp=2, model=MODEL, iterations=10**6))
     await d.wait_iteration(3)
-    pids_before = {r: w.sim for r, w in sim_agent.supervisor.groups["t"].workers.items()}
+    pids_before = {r: w.handle for r, w in sim_agent.supervisor.groups["t"].workers.items()}
     # renumbered: old rank 0 (device 0) becomes rank 1, old rank 1 (device 1) becomes rank 0
     grown = launch(dp=3, model=MODEL, iterations=10**6).model_copy(
         update={
@@ -45,7 +45,7 @@ async def test_reconfigure_moves_live_sim_workers_in_place(
     assert "in place [0, 1], fresh [2]" in ack.detail
     workers = sim_agent.supervisor.groups["t"].workers
     # the processes (here: coroutines) survive under their new ranks
-    assert (workers[1].sim, workers[0].sim) == (pids_before[0], pids_before[1])
+    assert (workers[1].handle, workers[0].handle) == (pids_before[0], pids_before[1])
     reps = {r.rank: r.event for r in await d.wait_events("transition", 3, epoch=2, timeout=30)}
     for rank in (0, 1):
         rep = reps[rank]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from agents.snapshots import SnapshotStore, SnapshotStoreConfig
+from agents.worker_handle import kill_group
 from tests.agents.helpers import free_port
 from tests.agents.snapshot_worker import run_ranks, spawn_ranks
 
@@ -63,6 +64,7 @@ def test_a_snapshot_survives_sigkill_and_reloads_to_identical_state(tmp_path: Pa
             p.kill()  # SIGKILL, mid-training
         for p in procs:
             p.wait()
+            kill_group(p.pid)  # the helpers dist_checkpointing started live on in the rank's session
     assert [p.returncode for p in procs] == [-9, -9]
 
     store = SnapshotStore("node-a", SnapshotStoreConfig(root=shm))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.cli import build_parser, snapshot_config
+from agents.settings import snapshot_max_bytes
 from tests.agents.helpers import REPO
 
 BASE = ["--coordinator", "ws://127.0.0.1:9/ws/agent/", "--token", "t", "--devices", "1"]
@@ -19,11 +20,11 @@ BASE = ["--coordinator", "ws://127.0.0.1:9/ws/agent/", "--token", "t", "--device
 def test_the_cap_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     args = build_parser().parse_args([*BASE, "--snapshot-dir", str(tmp_path)])
     monkeypatch.delenv("UNICRON_SNAPSHOT_MAX_BYTES", raising=False)
-    assert snapshot_config(args).max_bytes is None
+    assert snapshot_config(args, snapshot_max_bytes()).max_bytes is None
     monkeypatch.setenv("UNICRON_SNAPSHOT_MAX_BYTES", "0")
-    assert snapshot_config(args).max_bytes is None
+    assert snapshot_config(args, snapshot_max_bytes()).max_bytes is None
     monkeypatch.setenv("UNICRON_SNAPSHOT_MAX_BYTES", str(8 << 30))
-    assert snapshot_config(args).max_bytes == 8 << 30
+    assert snapshot_config(args, snapshot_max_bytes()).max_bytes == 8 << 30
 
 
 @pytest.mark.parametrize("bad", ["8G", "-1", "1.5"])

@@ -13,7 +13,8 @@ import psutil
 import pytest
 import torch  # noqa: F401 - imported before any link is up: a first import blocks the loop for seconds
 
-from agents.agent import ENV_SPARES, Agent, AgentConfig
+from agents.agent import Agent, AgentConfig
+from agents.settings import ENV_SPARES
 from agents.testing import TaskDriver, TestCoordinator, spawn_agent, wait_spare
 from controlplane.core.protocol import Heartbeat
 from tests.agents.helpers import launch

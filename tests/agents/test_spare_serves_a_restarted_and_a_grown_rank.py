@@ -14,9 +14,17 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 - imported before any link is up: a first import blocks the loop for seconds
 
-from agents.agent import ENV_SPARES
-from agents.testing import TaskDriver, TestCoordinator, load_state, same_state, spawn_agent, wait_spare
-from agents.training.worker import ENV_STATE_DUMP, ENV_STATE_DUMP_FIRST
+from agents.settings import ENV_SPARES
+from agents.testing import (
+    TaskDriver,
+    TestCoordinator,
+    load_state,
+    same_state,
+    spawn_agent,
+    stop_agent,
+    wait_spare,
+)
+from agents.training.bench_knobs import ENV_STATE_DUMP, ENV_STATE_DUMP_FIRST
 from controlplane.core.protocol import (
     FaultSpec,
     ParallelConfig,
@@ -88,7 +96,7 @@ async def test_a_restarted_rank_runs_in_the_warm_spare(coordinator: TestCoordina
         replacement = await wait_spare(run_dir, exclude={first_spare["pid"], spare["pid"]})
         await d.stop(NODE, 2, grace_s=1.0)
     finally:
-        agent.kill()
+        await stop_agent(agent)
         await agent.wait()
     envelope, fresh = reps[1]
     assert (envelope.task_id, envelope.epoch, envelope.rank) == (d.task_id, 2, 1)
@@ -123,7 +131,7 @@ async def test_a_grown_rank_runs_in_the_warm_spare(coordinator: TestCoordinator,
         replacement = await wait_spare(run_dir, exclude={first_spare["pid"], spare["pid"]})
         await d.stop(NODE, 2, grace_s=1.0)
     finally:
-        agent.kill()
+        await stop_agent(agent)
         await agent.wait()
     assert pid == spare["pid"]
     envelope, new = reps[1]

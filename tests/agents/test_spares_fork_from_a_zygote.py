@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
-from agents.agent import ENV_SPARE_ZYGOTE, ENV_SPARES
+from agents.settings import ENV_SPARE_ZYGOTE, ENV_SPARES
 from agents.testing import TaskDriver, TestCoordinator, spawn_agent, wait_spare
 from controlplane.core.protocol import WorkerExited, WorkerStarted
 from tests.agents.helpers import launch

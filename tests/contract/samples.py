@@ -15,6 +15,7 @@ from pathlib import Path
 from controlplane.core.protocol import (
     Ack,
     AgentEnvelope,
+    CheckpointSaved,
     CoordinatorEnvelope,
     DeviceInfo,
     DrainCommand,
@@ -46,6 +47,7 @@ from controlplane.core.protocol import (
     WorkerStarted,
     WorkerStatus,
 )
+from controlplane.core.recipe import BlendEntry, DataSection
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 T0 = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
@@ -140,6 +142,18 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
             tokens=2048,
             model_flops=1.5e9,
             loss=4.85,
+            validation_loss=4.97,
+            learning_rate=3e-4,
+            grad_norm=1.25,
+        ),
+        None,
+    ),
+    "worker_report.checkpoint_saved": _report(
+        CheckpointSaved(
+            iteration=200,
+            path="/shared/ckpt/gpt-small/iter_0000200",
+            size_bytes=1_572_864,
+            validation_loss=4.97,
         ),
         None,
     ),
@@ -183,7 +197,19 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
     # coordinator -> agent
     "start_workers": _coord(
         StartWorkersCommand(
-            command_id="cmd-41", task_id="gpt-small", epoch=2, launch=LAUNCH, snapshot_secret=SECRET
+            command_id="cmd-41",
+            task_id="gpt-small",
+            epoch=2,
+            launch=LAUNCH.model_copy(
+                update={
+                    "data": DataSection(
+                        tokenizer="/shared/data/pydoc/tokenizer.json",
+                        blend=[BlendEntry(path_prefix="/shared/data/pydoc/pydoc", weight=1.0)],
+                        split="98,2,0",
+                    )
+                }
+            ),
+            snapshot_secret=SECRET,
         )
     ),
     "stop_workers": _coord(

@@ -31,7 +31,16 @@ def test_every_message_type_has_a_golden_sample() -> None:
 
 def test_every_worker_event_kind_has_a_golden_sample() -> None:
     kinds = {SAMPLES[n].message.event.kind for n in AGENT_SAMPLES if n.startswith("worker_report.")}  # type: ignore[union-attr]
-    assert kinds == {"started", "exited", "exception", "iteration_stats", "hang", "straggler", "transition"}
+    assert kinds == {
+        "started",
+        "exited",
+        "exception",
+        "iteration_stats",
+        "hang",
+        "straggler",
+        "transition",
+        "checkpoint_saved",
+    }
 
 
 def test_no_stray_golden_files() -> None:

@@ -36,6 +36,8 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from controlplane.core.recipe.model import DataSection, OptimizerSection, ScheduleSection
+
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
 
@@ -181,6 +183,17 @@ class WorkerLaunch(_Model):
     snapshot_replica: str | None = Field(
         default=None, description="host:port of the peer agent that keeps a copy of this node's snapshots"
     )
+    data: DataSection | None = Field(
+        default=None,
+        description="the recipe's data section (paths every node of the task can read); "
+        "None: synthetic tokens",
+    )
+    optimizer: OptimizerSection | None = Field(
+        default=None, description="the recipe's optimizer; None: Adam, clipping at 1.0"
+    )
+    schedule: ScheduleSection | None = Field(
+        default=None, description="the recipe's learning-rate schedule; None: a constant 1e-3"
+    )
 
 
 class RankMapping(_Model):
@@ -316,6 +329,11 @@ class IterationStats(_Model):
     tokens: Int64
     model_flops: Seconds
     loss: float | None = Field(default=None, ge=-FLOAT_MAX, le=FLOAT_MAX)
+    validation_loss: float | None = Field(
+        default=None, ge=-FLOAT_MAX, le=FLOAT_MAX, description="the latest evaluation's, when one ran"
+    )
+    learning_rate: float | None = Field(default=None, ge=0, le=FLOAT_MAX)
+    grad_norm: float | None = Field(default=None, ge=0, le=FLOAT_MAX)
 
     @model_validator(mode="after")
     def _measured(self) -> Self:
@@ -376,6 +394,16 @@ class TransitionReport(_Model):
     rolled_back_iterations: Int32 = Field(default=0, description="iterations redone (checkpoint)")
 
 
+class CheckpointSaved(_Model):
+    """A persistent checkpoint of the task is complete on storage every node of the task can read."""
+
+    kind: Literal["checkpoint_saved"] = "checkpoint_saved"
+    iteration: Int64
+    path: str = _text(TEXT_MAX, min_length=1)
+    size_bytes: Int64
+    validation_loss: float | None = Field(default=None, ge=-FLOAT_MAX, le=FLOAT_MAX)
+
+
 WorkerEvent = Annotated[
     WorkerStarted
     | WorkerExited
@@ -383,7 +411,8 @@ WorkerEvent = Annotated[
     | IterationStats
     | HangVerdict
     | StragglerVerdict
-    | TransitionReport,
+    | TransitionReport
+    | CheckpointSaved,
     Field(discriminator="kind"),
 ]
 

@@ -1,0 +1,186 @@
+"""The training step of one rank: forward/backward over its micro-batches, all-reduce, update.
+
+Gradients are per-token sums (``calculate_per_token_loss``) scaled by ``1/tokens of the global batch``
+after the all-reduce, so Megatron's ``1/num_microbatches`` loss scaling and DDP's ``1/dp`` gradient
+scaling are both off: the update does not depend on how the fixed global batch is split, which is
+what makes kept + redistributed micro-batches exact (docs/ARCHITECTURE.md §7.6). When the resumed
+iteration adds redistributed micro-batches to kept ones, the new ones are summed on their own and
+the kept sum added last (what a two-replica all-reduce does), so DP2 -> DP1 is bitwise the
+failure-free step.
+
+A micro-batch's input tensors come from one place, :meth:`TrainingStep.micro_batch` (iteration,
+global micro-batch index) -> tensors: the data source plugs in there.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agents.training.assignment import WorkerAssignment, gpt_spec
+from agents.training.elastic import split_micro_batches
+from agents.training.faults import WorkerFaults
+from agents.training.hook import TrainingHook
+from agents.training.rank_model import RankModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from agents.training.data import MicroBatch, SyntheticSampler
+    from agents.training.dataset import RecipeSampler
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float | None
+    """Mean loss per token over this rank's micro-batches (None on a stage without the loss)."""
+    compute_s: float
+    """Time from the step's start to the end of its forward/backward passes."""
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    """The gradients' global norm before clipping (None when the optimizer did not say)."""
+
+
+class TrainingStep:
+    """One epoch's step function: fixed data-parallel share, shapes and per-rank progress figures."""
+
+    def __init__(
+        self,
+        assign: WorkerAssignment,
+        state: RankModel,
+        hook: TrainingHook,
+        faults: WorkerFaults,
+        device: torch.device,
+        keep_partial_sums: bool,
+    ) -> None:
+        """``keep_partial_sums``: copy the local gradient sums before the all-reduce and put them
+        back when it fails (elastic mode: gloo reduces in place, a peer dying mid-ring leaves partial
+        sums in the buffer) — one gradient-sized copy per iteration."""
+        from megatron.core import parallel_state
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        from agents.training.data import SyntheticSampler
+        from agents.training.dataset import RecipeSampler
+
+        launch = assign.launch
+        spec = launch.model
+        self.assign, self.state, self.hook, self.faults, self.device = assign, state, hook, faults, device
+        self.keep_partial_sums = keep_partial_sums and launch.parallel.pp == 1
+        self.sampler: SyntheticSampler | RecipeSampler
+        if launch.data is None:
+            self.sampler = SyntheticSampler(
+                launch.seed, spec.vocab, spec.seq_len, spec.micro_batch, spec.global_batch
+            )
+        else:  # the recipe's data, by global sample index (agents/training/dataset.py)
+            self.sampler = RecipeSampler(
+                launch.data,
+                seq_length=spec.seq_len,
+                seed=launch.seed,
+                micro_batch=spec.micro_batch,
+                global_batch=spec.global_batch,
+                iterations=launch.iterations,
+                vocab_size=spec.vocab,
+                cache_dir=Path(tempfile.gettempdir()) / "unicron-data" / f"task-{assign.task_id}",
+            )
+        dp_rank = parallel_state.get_data_parallel_rank()
+        dp = parallel_state.get_data_parallel_world_size()
+        self.own: tuple[int, ...] = split_micro_batches(self.sampler.num_micro_batches, dp)[dp_rank]
+        """The global micro-batch indices of this rank's data-parallel share."""
+        self.tokens_global = spec.global_batch * spec.seq_len
+        self.flops_share = gpt_spec(spec).flops_per_iteration() / launch.world_size
+        self.tokens_share = self.tokens_global // launch.world_size
+        self.forward_backward = get_forward_backward_func()
+
+    def micro_batch(self, iteration: int, index: int) -> MicroBatch:
+        """The input tensors of global micro-batch ``index`` of ``iteration``."""
+        return self.sampler.micro_batch(iteration, index)
+
+    def run(self, it: int, work: Sequence[int], resumed: bool) -> StepResult:
+        """Compute micro-batches ``work`` of iteration ``it`` on top of the buffer's partial sums,
+        all-reduce and update. ``resumed``: the first iteration after a live migration, whose
+        kept micro-batches (``state.done``) are already in the buffer."""
+        import torch
+        from megatron.core.distributed import finalize_model_grads
+
+        state, hook, faults, device = self.state, self.hook, self.faults, self.device
+        spec, par = self.assign.launch.model, self.assign.launch.parallel
+        t_start = time.perf_counter()
+        faults.on_iteration_start(it)  # hook (fault injection)
+        if state.partial_it != it:
+            state.zero_grads()
+            state.partial_it = it
+        kept_grads = None
+        if resumed and state.done:
+            # Sum the redistributed micro-batches on their own and add the kept sum last:
+            # kept + lost is how a two-replica all-reduce adds them (DP2 -> DP1 is bitwise).
+            kept_grads = state.stash_grads()
+            state.ddp.zero_grad_buffer()
+        losses: list[float] = []
+
+        def forward_step(data_iterator: Any, mdl: Any) -> Any:
+            mb = next(data_iterator)
+            tstart = time.perf_counter()
+            out = mdl(mb.tokens.to(device), mb.position_ids.to(device), None, labels=mb.labels.to(device))
+
+            def finish(output: Any, index: int = mb.id.index, tstart: float = tstart) -> Any:
+                total = output.float().sum()
+                n = torch.tensor(output.numel(), dtype=torch.int)
+                losses.append(float(total.detach()) / output.numel())
+                faults.stretch(time.perf_counter() - tstart)  # hook (straggler drill)
+                hook.micro_batch_done(it, index)  # hook
+                return total, n, {"lm loss": total.detach()}
+
+            return out, finish
+
+        batches = [self.micro_batch(it, k) for k in work]
+        if par.pp == 1:
+            # One call per micro-batch: after each, its gradients are in the buffer, so the
+            # done list is exact when a collective fails later (partial-result reuse).
+            for mb in batches:
+                self.forward_backward(
+                    forward_step_func=forward_step,
+                    data_iterator=iter([mb]),
+                    model=[state.ddp],
+                    num_microbatches=1,
+                    seq_length=spec.seq_len,
+                    micro_batch_size=spec.micro_batch,
+                    forward_only=False,
+                )
+                state.done.append(mb.id.index)
+        else:
+            self.forward_backward(
+                forward_step_func=forward_step,
+                data_iterator=iter(batches),
+                model=[state.ddp],
+                num_microbatches=len(batches),
+                seq_length=spec.seq_len,
+                micro_batch_size=spec.micro_batch,
+                forward_only=False,
+            )
+        if kept_grads is not None:
+            state.add_grads(kept_grads)
+        compute_s = time.perf_counter() - t_start
+        hook.compute_done()  # hook
+        stash = state.stash_grads() if self.keep_partial_sums else None
+        try:
+            finalize_model_grads([state.ddp])
+        except Exception:
+            state.restore_grads(stash)
+            raise
+        # Reduced: from here on a failure loses this iteration's partial results.
+        state.partial_it, state.done = None, []
+        faults.after_all_reduce(it)  # hook (fault injection)
+        state.ddp.scale_gradients(1.0 / self.tokens_global)
+        lr = state.set_iteration(it)
+        stepped = state.optimizer.step()
+        norm = stepped[1] if isinstance(stepped, tuple) and len(stepped) > 1 else None
+        return StepResult(
+            loss=sum(losses) / len(losses) if losses else None,
+            compute_s=compute_s,
+            learning_rate=lr,
+            grad_norm=float(norm) if norm is not None else None,
+        )
