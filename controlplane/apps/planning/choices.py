@@ -63,7 +63,7 @@ STEP_MACHINE: StateMachine = StateMachine(
     "transition step",
     {
         S.PENDING: frozenset({S.RUNNING, S.SKIPPED, S.FAILED}),
-        S.RUNNING: frozenset({S.DONE, S.FAILED}),
+        S.RUNNING: frozenset({S.DONE, S.FAILED, S.SKIPPED}),  # skipped: its transition was superseded
         S.DONE: frozenset(),
         S.FAILED: frozenset(),
         S.SKIPPED: frozenset(),

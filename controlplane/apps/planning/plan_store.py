@@ -20,7 +20,7 @@ import redis
 from django.conf import settings
 
 from controlplane.config.env import env_int
-from controlplane.core.planning import Plan, PlanningProblem
+from controlplane.core.planning import PlannedAllocation, PlanningProblem
 from controlplane.core.planning.codec import plan_from_dict, plan_to_dict, problem_digest
 
 log = logging.getLogger(__name__)
@@ -41,11 +41,11 @@ class SharedPlans:
     """Plans by problem: this process's own last build first, then the shared store."""
 
     def __init__(self) -> None:
-        self.local: dict[PlanningProblem, Plan] = {}
+        self.local: dict[PlanningProblem, PlannedAllocation] = {}
         self.build_ms = 0.0
         self.shared_hits = 0
 
-    def lookup(self, problem: PlanningProblem) -> Plan | None:
+    def lookup(self, problem: PlanningProblem) -> PlannedAllocation | None:
         found = self.local.get(problem)
         if found is not None:
             return found
@@ -65,7 +65,7 @@ class SharedPlans:
         self.shared_hits += 1
         return found
 
-    def publish(self, plans: Mapping[PlanningProblem, Plan], build_ms: float) -> None:
+    def publish(self, plans: Mapping[PlanningProblem, PlannedAllocation], build_ms: float) -> None:
         """Keep ``plans`` as this process's cache and store them for every other process."""
         self.local = dict(plans)
         self.build_ms = build_ms

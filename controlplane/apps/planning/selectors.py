@@ -48,6 +48,7 @@ from controlplane.apps.planning.models import Plan, Transition, TransitionStep
 from controlplane.apps.training.choices import TaskState
 from controlplane.apps.training.fit import ClusterKind, _device_kind
 from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.selectors import get_task_spec
 from controlplane.core.orchestration import DeviceSlot
 from controlplane.core.planning import (
     DEVICE_KINDS,
@@ -55,11 +56,15 @@ from controlplane.core.planning import (
     DeviceKind,
     Efficiency,
     GPTSpec,
+    Measurement,
+    MegatronConfig,
     PlanningProblem,
     ThroughputTable,
     TransitionModel,
     build_throughput_table,
     expected_running_duration_s,
+    measured_slowdown,
+    uncalibrated_prior,
 )
 from controlplane.core.planning import (
     TaskState as PlannerTask,
@@ -128,6 +133,8 @@ class ClusterView:
     units_per_node: int = 1
     reserved: frozenset[DeviceSlot] = frozenset()
     """Devices on suspect nodes held by a task: usable by that task only, never free."""
+    prior: Efficiency = field(default_factory=Efficiency)
+    """The efficiency a task never calibrated on this kind is planned with (:func:`calibration_prior`)."""
 
     def free(self) -> list[DeviceSlot]:
         taken = {h.slot for hs in self.held.values() for h in hs}
@@ -212,31 +219,62 @@ def load_cluster() -> ClusterView:
         returning_nodes=returning,
         units_per_node=units[0][0] if units else 1,
         reserved=frozenset(reserved),
+        prior=calibration_prior(tasks, kind_name, kind),
     )
 
 
 def task_spec(task: TrainingTask) -> GPTSpec:
-    return GPTSpec(
-        num_layers=task.num_layers,
-        hidden_size=task.hidden_size,
-        num_attention_heads=task.num_attention_heads,
-        seq_length=task.seq_length,
-        vocab_size=task.vocab_size,
-        global_batch_size=task.global_batch_size,
-        micro_batch_size=task.micro_batch_size,
-    )
+    return get_task_spec(task)
 
 
-def stored_efficiency(task: TrainingTask, device_kind: str) -> Efficiency:
-    """The efficiency factors last calibrated for ``task`` on ``device_kind`` (defaults otherwise)."""
+def stored_efficiency(task: TrainingTask, device_kind: str, prior: Efficiency | None = None) -> Efficiency:
+    """The efficiency factors last calibrated for ``task`` on ``device_kind``; ``prior`` (the model's
+    defaults when not given) for a task never calibrated there."""
+    prior = prior or Efficiency()
     data: Any = task.throughput_table or {}
     eff = data.get("efficiency") if isinstance(data, dict) else None
     if not isinstance(eff, dict) or data.get("device_kind") != device_kind:
-        return Efficiency()
+        return prior
     try:
         return Efficiency(float(eff["compute"]), float(eff["communication"]), float(eff["overhead_s"]))
     except (KeyError, TypeError, ValueError):
-        return Efficiency()
+        return prior
+
+
+def stored_measurements(task: TrainingTask, device_kind: str) -> list[Measurement]:
+    """The measured iteration times ``task``'s calibration on ``device_kind`` was fitted to (none when it
+    was never calibrated there)."""
+    data: Any = task.throughput_table or {}
+    if not isinstance(data, dict) or data.get("device_kind") != device_kind or "efficiency" not in data:
+        return []
+    out = []
+    for m in data.get("measurements") or []:
+        try:
+            c = m["config"]
+            cfg = MegatronConfig(
+                int(c["tp"]),
+                int(c["pp"]),
+                int(c["dp"]),
+                int(c["micro_batch"]),
+                int(c["num_micro_batches"]),
+                bool(c["recompute"]),
+            )
+            out.append(Measurement(cfg, float(m["iteration_s"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def calibration_prior(tasks: Iterable[TrainingTask], device_kind: str, kind: DeviceKind) -> Efficiency:
+    """The efficiency an uncalibrated task is planned with: the model's defaults slowed down by the median
+    measured / modelled ratio of the tasks calibrated on ``device_kind``
+    (:func:`~controlplane.core.planning.uncalibrated_prior`), so one plan compares every task on one basis."""
+    slowdowns = []
+    for task in tasks:
+        s = measured_slowdown(task_spec(task), kind, stored_measurements(task, device_kind))
+        if s is not None:
+            slowdowns.append(s)
+    return uncalibrated_prior(slowdowns)
 
 
 @lru_cache(maxsize=256)
@@ -247,7 +285,7 @@ def _table(spec: GPTSpec, kind: DeviceKind, max_workers: int, unit: int, eff: Ef
 def task_table(task: TrainingTask, view: ClusterView, eff: Efficiency | None = None) -> ThroughputTable:
     """T(t, x) of ``task`` on the cluster's planning kind (cached: equal inputs give the same object)."""
     bound = max(min(task.max_workers, view.fleet_devices), 0)
-    eff = eff if eff is not None else stored_efficiency(task, view.device_kind)
+    eff = eff if eff is not None else stored_efficiency(task, view.device_kind, view.prior)
     return _table(task_spec(task), view.kind, bound, task.allocation_unit, eff)
 
 

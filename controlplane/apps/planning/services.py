@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -11,6 +12,7 @@ from django.utils import timezone
 
 from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.cas import swap_state
+from controlplane.apps.common.errors import StaleState
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.choices import (
     STEP_MACHINE,
@@ -20,14 +22,17 @@ from controlplane.apps.planning.choices import (
     TransitionState,
 )
 from controlplane.apps.planning.models import Plan, Transition, TransitionStep
+from controlplane.apps.planning.records import TaskDecision
 from controlplane.apps.training.models import TrainingTask
+from controlplane.core.transitions.steps import StepDetail
 
 
 @dataclass(frozen=True)
 class PlanRecord:
     trigger: PlanTrigger
     input_snapshot: dict[str, Any]
-    decisions: list[dict[str, Any]]
+    decisions: Sequence[TaskDecision | dict[str, Any]]
+    """Validated as :class:`~controlplane.apps.planning.records.TaskDecision` rows when recorded."""
     expected_waf: float
     transition_cost: float
     d_running_s: float
@@ -40,11 +45,12 @@ class PlanRecord:
 
 @transaction.atomic
 def do_record_plan(record: PlanRecord) -> Plan:
+    decisions = [TaskDecision.model_validate(d).stored() for d in record.decisions]
     plan = Plan.objects.create(
         trigger=record.trigger,
         failure_event=record.failure_event,
         input_snapshot=record.input_snapshot,
-        decisions=record.decisions,
+        decisions=decisions,
         expected_waf=record.expected_waf,
         transition_cost=record.transition_cost,
         d_running_s=record.d_running_s,
@@ -88,7 +94,7 @@ def do_create_transition(
     old_workers: int,
     new_workers: int,
     *,
-    step_details: list[dict[str, Any]] | None = None,
+    step_details: list[StepDetail] | None = None,
     step_deadlines: list[datetime | None] | None = None,
     **fields: Any,
 ) -> Transition:
@@ -96,7 +102,7 @@ def do_create_transition(
     t = Transition.objects.create(
         plan=plan, task=task, epoch=task.epoch + 1, old_workers=old_workers, new_workers=new_workers, **fields
     )
-    details = step_details or [{} for _ in step_names]
+    details = [d.stored() for d in step_details] if step_details else [{} for _ in step_names]
     deadlines = step_deadlines or [None for _ in step_names]
     TransitionStep.objects.bulk_create(
         TransitionStep(transition=t, order=i, name=name, detail=details[i], deadline_at=deadlines[i])
@@ -123,8 +129,9 @@ def do_set_transition_state(
 
 @transaction.atomic
 def do_set_step_state(
-    step: TransitionStep, new: StepState, detail: dict[str, Any] | None = None
+    step: TransitionStep, new: StepState, detail: StepDetail | None = None
 ) -> TransitionStep:
+    """Move ``step`` to ``new`` (compare-and-swap on its state), storing ``detail`` when given."""
     now = timezone.now()
     fields: dict[str, Any] = {}
     if new == StepState.RUNNING:
@@ -132,7 +139,7 @@ def do_set_step_state(
     if STEP_MACHINE.is_terminal(new):
         fields["finished_at"] = now
     if detail is not None:
-        fields["detail"] = detail
+        fields["detail"] = detail.stored()
     swap_state(TransitionStep, step.pk, STEP_MACHINE, step.state, new, **fields)
     step.refresh_from_db()
     send_event_on_commit(
@@ -140,3 +147,28 @@ def do_set_step_state(
         {"transition": step.transition_id, "order": step.order, "name": step.name, "state": step.state},
     )
     return step
+
+
+def do_record_step_detail(step: TransitionStep, detail: StepDetail) -> None:
+    """Store what ``step`` carries (its state unchanged; the caller holds the step row's lock)."""
+    TransitionStep.objects.filter(pk=step.pk).update(detail=detail.stored())
+    step.detail = detail.stored()
+
+
+def do_skip_open_steps(t: Transition) -> None:
+    """Skip ``t``'s steps not yet finished (its transition ended without them): each a compare-and-swap, a
+    step finished meanwhile keeps the state it reached."""
+    for step in TransitionStep.objects.filter(transition=t, state__in=[StepState.PENDING, StepState.RUNNING]):
+        try:
+            do_set_step_state(step, StepState.SKIPPED)
+        except StaleState:
+            continue
+
+
+def do_fail_running_steps(t: Transition) -> None:
+    """Fail ``t``'s running steps (its transition failed): each a compare-and-swap."""
+    for step in TransitionStep.objects.filter(transition=t, state=StepState.RUNNING):
+        try:
+            do_set_step_state(step, StepState.FAILED)
+        except StaleState:
+            continue

@@ -3,7 +3,7 @@ beat task
 times them out. Celery never waits for an agent: each arrival enqueues ``planning.advance_transition``,
 which reads the rows and moves what can move.
 
-Steps (created by :mod:`controlplane.apps.planning.workload`):
+Steps (created by :mod:`controlplane.apps.planning.launch`):
 
 - ``stop`` / ``start`` / ``reconfigure`` / ``retry``: done when every command of the step is acked;
   a command acked ``failed`` / ``rejected`` / ``stale_epoch`` fails the transition;
@@ -29,6 +29,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.apps.common.triggers import request_failure_handling, request_transition_advance
 from controlplane.apps.fleet.choices import CommandState
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.fleet.services import do_record_snapshots, do_wake_stale_commands
@@ -36,14 +37,20 @@ from controlplane.apps.incidents.choices import Action
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.incidents.services import do_resolve_failure_event
 from controlplane.apps.planning.choices import StepState, TransitionKind, TransitionState
+from controlplane.apps.planning.locking import orchestration_lock
 from controlplane.apps.planning.models import Transition, TransitionStep
 from controlplane.apps.planning.selectors import get_recent_iteration_s
-from controlplane.apps.planning.services import do_set_step_state, do_set_transition_state
+from controlplane.apps.planning.services import (
+    do_fail_running_steps,
+    do_record_step_detail,
+    do_set_step_state,
+    do_set_transition_state,
+    do_skip_open_steps,
+)
 from controlplane.apps.planning.signals import transition_failed
-from controlplane.apps.planning.triggers import request_failure_handling, request_transition_advance
-from controlplane.apps.planning.workload import orchestration_lock
 from controlplane.apps.training.choices import TaskState
 from controlplane.apps.training.services import do_set_task_state
+from controlplane.core.transitions.steps import RankResumed, StepDetail
 
 log = logging.getLogger(__name__)
 
@@ -81,20 +88,22 @@ def do_record_rank_resumed(
     )
     if step is None:
         return False
-    detail = dict(step.detail or {})
-    reported: dict[str, Any] = dict(detail.get("reported") or {})
-    entry = dict(
-        reported.get(str(rank)) or {"first_iteration": first_iteration, "at": timezone.now().isoformat()}
+    detail = StepDetail.read(step.detail)
+    reported = dict(detail.reported)
+    entry = reported.get(rank) or RankResumed(first_iteration=first_iteration, at=timezone.now().isoformat())
+    entry = entry.model_copy(
+        update={
+            "first_iteration": min(entry.first_iteration, first_iteration),
+            "last_iteration": max(
+                entry.last_iteration if entry.last_iteration is not None else last_iteration, last_iteration
+            ),
+            **({"report": report} if report is not None else {}),
+        }
     )
-    entry["first_iteration"] = min(int(entry.get("first_iteration", first_iteration)), first_iteration)
-    entry["last_iteration"] = max(int(entry.get("last_iteration", last_iteration)), last_iteration)
-    if report is not None:
-        entry["report"] = report
-    reported[str(rank)] = entry
-    detail["reported"] = reported
-    TransitionStep.objects.filter(pk=step.pk).update(detail=detail)
-    ranks = {int(r) for r in detail.get("ranks", [])}
-    done = ranks <= {int(r) for r in reported}
+    reported[rank] = entry
+    detail.reported = reported
+    do_record_step_detail(step, detail)
+    done = not detail.missing_ranks()
     if done:
         request_transition_advance(step.transition_id)
     return done
@@ -125,7 +134,7 @@ def advance_transition(transition_id: int) -> str:
         if t is None or TRANSITION_TERMINAL(t.state):
             return "terminal"
         if t.task.epoch != t.epoch:
-            _skip_open_steps(t)
+            do_skip_open_steps(t)
             do_set_transition_state(t, TransitionState.ROLLED_BACK, error="the task moved to a newer epoch")
             return "superseded"
         commands = {
@@ -136,7 +145,7 @@ def advance_transition(transition_id: int) -> str:
             if step.state != StepState.RUNNING:
                 continue
             if step.name in COMMAND_STEPS:
-                rows = [commands[c] for c in (step.detail or {}).get("commands", []) if c in commands]
+                rows = [commands[c] for c in StepDetail.read(step.detail).commands if c in commands]
                 failed = [r for r in rows if r.state == CommandState.FAILED]
                 if failed:
                     bad = failed[0]
@@ -153,9 +162,7 @@ def advance_transition(transition_id: int) -> str:
                 if all(r.state == CommandState.ACKED for r in rows):
                     do_set_step_state(step, StepState.DONE)
             elif step.name == "resume":
-                detail = step.detail or {}
-                ranks = {int(r) for r in detail.get("ranks", [])}
-                if ranks <= {int(r) for r in (detail.get("reported") or {})}:
+                if not StepDetail.read(step.detail).missing_ranks():
                     do_set_step_state(step, StepState.DONE)
         steps = list(t.steps.order_by("order"))
         if all(s.state in (StepState.DONE, StepState.SKIPPED) for s in steps):
@@ -189,18 +196,11 @@ def TRANSITION_TERMINAL(state: str) -> bool:  # noqa: N802 - reads like the mach
     return state in (TransitionState.COMPLETED, TransitionState.FAILED, TransitionState.ROLLED_BACK)
 
 
-def _skip_open_steps(t: Transition) -> None:
-    now = timezone.now()
-    TransitionStep.objects.filter(transition=t, state__in=[StepState.PENDING, StepState.RUNNING]).update(
-        state=StepState.SKIPPED, finished_at=now
-    )
-
-
 def _complete(t: Transition, steps: list[TransitionStep]) -> None:
     task = t.task
     resume = next((s for s in steps if s.name == "resume"), None)
-    reported: dict[str, Any] = (resume.detail or {}).get("reported", {}) if resume else {}
-    reports = [e["report"] for e in reported.values() if isinstance(e, dict) and e.get("report")]
+    reported = StepDetail.read(resume.detail).reported if resume else {}
+    reports = [e.report for e in reported.values() if e.report]
     command_done = max(
         (s.finished_at for s in steps if s.name in COMMAND_STEPS and s.finished_at), default=t.started_at
     )
@@ -222,7 +222,7 @@ def _complete(t: Transition, steps: list[TransitionStep]) -> None:
         lost_iterations = rolled + lost_mb / micro_per_iteration
         lost_mb += rolled * micro_per_iteration
     else:
-        firsts = [int(e.get("first_iteration", 0)) for e in reported.values() if isinstance(e, dict)]
+        firsts = [e.first_iteration for e in reported.values()]
         resumed_at = min(firsts) if firsts else 0
         expected_next = (t.resume_iteration + 1) if t.resume_iteration is not None else resumed_at
         lost_iterations = max(expected_next - resumed_at, 0)
@@ -230,7 +230,7 @@ def _complete(t: Transition, steps: list[TransitionStep]) -> None:
     iteration_s = get_recent_iteration_s(task) or 0.0
     sources = dict(t.migration_sources or {})
     for rank, e in reported.items():
-        rep = e.get("report") if isinstance(e, dict) else None
+        rep = e.report
         if rep:
             sources[str(rank)] = {
                 k: rep.get(k) for k in ("source", "source_node", "source_rank", "bytes_moved", "in_place")
@@ -269,10 +269,8 @@ def fail_transition(t: Transition, reason: str, node: Node | None = None, *, esc
     """Mark ``t`` failed (its open steps and unacked commands too) and announce it for escalation
     (:data:`~controlplane.apps.planning.signals.transition_failed`)."""
     now = timezone.now()
-    TransitionStep.objects.filter(transition=t, state=StepState.RUNNING).update(
-        state=StepState.FAILED, finished_at=now
-    )
-    _skip_open_steps(t)
+    do_fail_running_steps(t)
+    do_skip_open_steps(t)
     AgentCommand.objects.filter(transition=t, state__in=[CommandState.PENDING, CommandState.SENT]).update(
         state=CommandState.FAILED, error=f"transition failed: {reason}", acked_at=now
     )
@@ -291,15 +289,15 @@ def fail_transition(t: Transition, reason: str, node: Node | None = None, *, esc
 def _culprit(t: Transition, step: TransitionStep) -> Node | None:
     """The node to blame for an overdue step: one whose command was never acked, or that hosts a rank
     that never reported."""
-    detail = step.detail or {}
+    detail = StepDetail.read(step.detail)
     if step.name in COMMAND_STEPS:
-        for c in AgentCommand.objects.filter(
-            transition=t, command_id__in=detail.get("commands", [])
-        ).select_related("node"):
+        for c in AgentCommand.objects.filter(transition=t, command_id__in=detail.commands).select_related(
+            "node"
+        ):
             if c.state != CommandState.ACKED:
                 return c.node
         return None
-    missing = {int(r) for r in detail.get("ranks", [])} - {int(r) for r in (detail.get("reported") or {})}
+    missing = detail.missing_ranks()
     from controlplane.apps.training.models import Allocation
 
     a = (

@@ -5,11 +5,11 @@ Pure Python (+ numpy for the DP's vectorised inner loop); no Django, Celery, Cha
 
 - ``spec``: :class:`GPTSpec` (model + batch, FLOPs per iteration, parameters, memory).
 - ``devices``: :class:`DeviceKind`, :data:`DEVICE_KINDS`, :func:`get_device_kind`.
-- ``throughput``: :class:`ParallelConfig`, :class:`Efficiency`, :func:`enumerate_configs`,
+- ``throughput``: :class:`MegatronConfig`, :class:`Efficiency`, :func:`enumerate_configs`,
   :func:`iteration_time`, :class:`ThroughputTable`, :func:`build_throughput_table`, :func:`calibrate`.
 - ``waf``: :func:`waf` (F), :func:`gain` (G), :func:`expected_running_duration_s` (D_running),
   :class:`TransitionModel` (D_transition).
-- ``planner``: :class:`TaskState`, :class:`PlanningProblem`, :class:`Plan`, :func:`plan` (DP),
+- ``planner``: :class:`TaskState`, :class:`PlanningProblem`, :class:`PlannedAllocation`, :func:`plan` (DP),
   :func:`brute_force_plan`.
 - ``precompute``: :class:`ClusterState`, events, :func:`apply_event`, :class:`PrecomputedPlans`.
 - ``heuristics``: :func:`equal_split_plan`, :func:`weight_proportional_plan`,
@@ -25,7 +25,7 @@ from controlplane.core.planning.heuristics import (
 )
 from controlplane.core.planning.planner import (
     Candidate,
-    Plan,
+    PlannedAllocation,
     PlanningProblem,
     TaskAssignment,
     TaskState,
@@ -49,7 +49,7 @@ from controlplane.core.planning.throughput import (
     Efficiency,
     IterationTimeBreakdown,
     Measurement,
-    ParallelConfig,
+    MegatronConfig,
     ThroughputPoint,
     ThroughputTable,
     build_throughput_table,
@@ -58,7 +58,9 @@ from controlplane.core.planning.throughput import (
     fits_memory,
     iteration_time,
     iteration_time_breakdown,
+    measured_slowdown,
     memory_per_device,
+    uncalibrated_prior,
 )
 from controlplane.core.planning.waf import (
     TransitionModel,
@@ -79,11 +81,11 @@ __all__ = [
     "GPTSpec",
     "IterationTimeBreakdown",
     "Measurement",
+    "MegatronConfig",
     "NodeLost",
     "NodeReturned",
-    "ParallelConfig",
-    "Plan",
     "PlanEvent",
+    "PlannedAllocation",
     "PlanningProblem",
     "PrecomputedPlans",
     "TaskAssignment",
@@ -106,10 +108,12 @@ __all__ = [
     "iteration_time",
     "iteration_time_breakdown",
     "make_plan",
+    "measured_slowdown",
     "memory_per_device",
     "mtbf_from_observations",
     "plan",
     "task_candidates",
+    "uncalibrated_prior",
     "waf",
     "weight_proportional_plan",
 ]

@@ -3,9 +3,9 @@
 - :func:`problem_digest` — a stable name for a :class:`PlanningProblem`: equal problems get the same digest in
   every process (it is computed from the problem's ``repr``, which holds every field that changes the answer,
   floats written exactly; Python's hash randomisation plays no part).
-- :func:`plan_to_dict` / :func:`plan_from_dict` — a :class:`Plan` as plain JSON data and back, equal to the
-  original. A plan is a pure function of its problem, so a plan stored under a problem's digest is the answer
-  for that problem in any process, for as long as it is kept.
+- :func:`plan_to_dict` / :func:`plan_from_dict` — a :class:`PlannedAllocation` as plain JSON data and back,
+  equal to the original. A plan is a pure function of its problem, so a plan stored under a problem's digest
+  is the answer for that problem in any process, for as long as it is kept.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import hashlib
 from dataclasses import asdict
 from typing import Any
 
-from controlplane.core.planning.planner import Plan, PlanningProblem, TaskAssignment
-from controlplane.core.planning.throughput import ParallelConfig
+from controlplane.core.planning.planner import PlannedAllocation, PlanningProblem, TaskAssignment
+from controlplane.core.planning.throughput import MegatronConfig
 
 CODEC_VERSION = 1
 """Part of every digest: a change to the plan encoding or the planner's answer invalidates stored plans."""
@@ -26,7 +26,7 @@ def problem_digest(problem: PlanningProblem) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
+def plan_to_dict(plan: PlannedAllocation) -> dict[str, Any]:
     return asdict(plan)
 
 
@@ -36,7 +36,7 @@ def _assignment(data: dict[str, Any]) -> TaskAssignment:
         task_id=str(data["task_id"]),
         old_workers=int(data["old_workers"]),
         new_workers=int(data["new_workers"]),
-        config=ParallelConfig(**config) if config is not None else None,
+        config=MegatronConfig(**config) if config is not None else None,
         waf=float(data["waf"]),
         gain=float(data["gain"]),
         transition_penalty=float(data["transition_penalty"]),
@@ -45,9 +45,9 @@ def _assignment(data: dict[str, Any]) -> TaskAssignment:
     )
 
 
-def plan_from_dict(data: dict[str, Any]) -> Plan:
+def plan_from_dict(data: dict[str, Any]) -> PlannedAllocation:
     """The inverse of :func:`plan_to_dict`; raises ``KeyError``/``TypeError``/``ValueError`` on bad data."""
-    return Plan(
+    return PlannedAllocation(
         method=str(data["method"]),
         tasks=tuple(_assignment(a) for a in data["tasks"]),
         objective=float(data["objective"]),

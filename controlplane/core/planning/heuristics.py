@@ -13,7 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from controlplane.core.planning.planner import Candidate, Plan, PlanningProblem, make_plan, task_candidates
+from controlplane.core.planning.planner import (
+    Candidate,
+    PlannedAllocation,
+    PlanningProblem,
+    make_plan,
+    task_candidates,
+)
 
 
 def _round_down(cands: Sequence[Candidate], share: int) -> Candidate:
@@ -21,7 +27,7 @@ def _round_down(cands: Sequence[Candidate], share: int) -> Candidate:
     return max(fitting, key=lambda c: c.units)
 
 
-def _share_plan(problem: PlanningProblem, shares: Sequence[int], method: str, t0: float) -> Plan:
+def _share_plan(problem: PlanningProblem, shares: Sequence[int], method: str, t0: float) -> PlannedAllocation:
     cands = [task_candidates(problem, t) for t in problem.tasks]
     chosen = [_round_down(cs, s) for cs, s in zip(cands, shares, strict=True)]
     left = problem.capacity_units - sum(c.units for c in chosen)
@@ -33,14 +39,14 @@ def _share_plan(problem: PlanningProblem, shares: Sequence[int], method: str, t0
     return make_plan(problem, [c.units for c in chosen], method, time.perf_counter() - t0)
 
 
-def equal_split_plan(problem: PlanningProblem) -> Plan:
+def equal_split_plan(problem: PlanningProblem) -> PlannedAllocation:
     t0 = time.perf_counter()
     m = len(problem.tasks)
     shares = [problem.capacity_units // m] * m if m else []
     return _share_plan(problem, shares, "equal-split", t0)
 
 
-def weight_proportional_plan(problem: PlanningProblem) -> Plan:
+def weight_proportional_plan(problem: PlanningProblem) -> PlannedAllocation:
     t0 = time.perf_counter()
     total = sum(t.weight for t in problem.tasks)
     m = len(problem.tasks)
@@ -51,7 +57,7 @@ def weight_proportional_plan(problem: PlanningProblem) -> Plan:
     return _share_plan(problem, shares, "weight-proportional", t0)
 
 
-def greedy_marginal_plan(problem: PlanningProblem) -> Plan:
+def greedy_marginal_plan(problem: PlanningProblem) -> PlannedAllocation:
     t0 = time.perf_counter()
     cands = [task_candidates(problem, t) for t in problem.tasks]
     chosen = [cs[0] for cs in cands]  # k = 0

@@ -5,7 +5,8 @@ API:
   whether the event hit it, bounds, transition model).
 - :class:`PlanningProblem` — tasks, capacity in allocation units, workers per unit, D_running.
 - :func:`plan` — the optimal plan (the DP); :func:`brute_force_plan` — exhaustive reference for
-  small instances. Both return a :class:`Plan` of :class:`TaskAssignment` rows with an explanation.
+  small instances. Both return a :class:`PlannedAllocation` of :class:`TaskAssignment` rows with an
+  explanation.
 - :func:`task_candidates` — G(t, k) at every feasible count k (shared with the heuristics).
 
 Objective: maximise Σ G(t_i, x'_i) subject to Σ x'_i ≤ capacity; among (near-)equal optima prefer
@@ -32,7 +33,7 @@ from itertools import product
 
 import numpy as np
 
-from controlplane.core.planning.throughput import ParallelConfig, ThroughputTable
+from controlplane.core.planning.throughput import MegatronConfig, ThroughputTable
 from controlplane.core.planning.waf import TransitionModel, gain, waf
 
 TIE_RELATIVE_TOLERANCE = 1e-9
@@ -117,7 +118,7 @@ class TaskAssignment:
     task_id: str
     old_workers: int
     new_workers: int
-    config: ParallelConfig | None
+    config: MegatronConfig | None
     waf: float
     """F(t, x'): weighted achieved FLOP/s on the new count."""
     gain: float
@@ -134,7 +135,10 @@ class TaskAssignment:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class PlannedAllocation:
+    """The planner's answer: every task's worker count and config, the objective and its explanation (the
+    ``planning.Plan`` row records one)."""
+
     method: str
     tasks: tuple[TaskAssignment, ...]
     objective: float
@@ -253,8 +257,10 @@ def _marginals(problem: PlanningProblem, task: TaskState, workers: int) -> tuple
     return up, down
 
 
-def make_plan(problem: PlanningProblem, units: Sequence[int], method: str, elapsed_s: float = 0.0) -> Plan:
-    """Assemble a :class:`Plan` from per-task unit counts (in problem.tasks order)."""
+def make_plan(
+    problem: PlanningProblem, units: Sequence[int], method: str, elapsed_s: float = 0.0
+) -> PlannedAllocation:
+    """Assemble a :class:`PlannedAllocation` from per-task unit counts (in problem.tasks order)."""
     rows: list[TaskAssignment] = []
     objective = expected = cost = 0.0
     moved = 0
@@ -280,7 +286,7 @@ def make_plan(problem: PlanningProblem, units: Sequence[int], method: str, elaps
         expected += f
         cost += pen
         moved += abs(x - task.workers)
-    return Plan(
+    return PlannedAllocation(
         method,
         tuple(rows),
         objective,
@@ -295,7 +301,7 @@ def make_plan(problem: PlanningProblem, units: Sequence[int], method: str, elaps
     )
 
 
-def plan(problem: PlanningProblem) -> Plan:
+def plan(problem: PlanningProblem) -> PlannedAllocation:
     """The optimal plan by dynamic programming (§6.3), ties to fewer moved workers."""
     t0 = time.perf_counter()
     n = problem.capacity_units
@@ -330,7 +336,7 @@ def plan(problem: PlanningProblem) -> Plan:
     return make_plan(problem, units, "dp", time.perf_counter() - t0)
 
 
-def brute_force_plan(problem: PlanningProblem) -> Plan:
+def brute_force_plan(problem: PlanningProblem) -> PlannedAllocation:
     """Exhaustive search over every combination of candidate counts (small instances only).
 
     Same objective and tie rule as :func:`plan`: maximum Σ G, then fewest moved workers, then fewest

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from controlplane.core.planning.planner import Plan, PlanningProblem, plan
+from controlplane.core.planning.planner import PlannedAllocation, PlanningProblem, plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +100,9 @@ class PrecomputedPlans:
     """Plans for the likely next events of one :class:`ClusterState`."""
 
     state: ClusterState
-    plans: dict[PlanEvent, Plan] = field(default_factory=dict)
-    planner: Callable[[PlanningProblem], Plan] = plan
-    _by_problem: dict[PlanningProblem, Plan] = field(default_factory=dict, repr=False)
+    plans: dict[PlanEvent, PlannedAllocation] = field(default_factory=dict)
+    planner: Callable[[PlanningProblem], PlannedAllocation] = plan
+    _by_problem: dict[PlanningProblem, PlannedAllocation] = field(default_factory=dict, repr=False)
     build_time_s: float = 0.0
     reused: int = 0
     """Plans taken from the previous state's cache at the last build/refresh."""
@@ -112,8 +112,8 @@ class PrecomputedPlans:
         cls,
         state: ClusterState,
         events: Iterable[PlanEvent] | None = None,
-        planner: Callable[[PlanningProblem], Plan] = plan,
-        cache: Mapping[PlanningProblem, Plan] | None = None,
+        planner: Callable[[PlanningProblem], PlannedAllocation] = plan,
+        cache: Mapping[PlanningProblem, PlannedAllocation] | None = None,
     ) -> PrecomputedPlans:
         t0 = time.perf_counter()
         out = cls(state, planner=planner)
@@ -132,11 +132,11 @@ class PrecomputedPlans:
         out.build_time_s = time.perf_counter() - t0
         return out
 
-    def lookup(self, event: PlanEvent) -> Plan | None:
+    def lookup(self, event: PlanEvent) -> PlannedAllocation | None:
         """The precomputed plan for ``event``, or None when it was not foreseen."""
         return self.plans.get(event)
 
-    def decide(self, event: PlanEvent) -> Plan:
+    def decide(self, event: PlanEvent) -> PlannedAllocation:
         """Lookup, falling back to a fresh DP for an unforeseen event."""
         got = self.plans.get(event)
         return got if got is not None else self.planner(apply_event(self.state, event))

@@ -2,7 +2,7 @@
 calibration.
 
 API:
-- :class:`ParallelConfig` — (tp, pp, dp, micro_batch, micro_batches per replica, recompute).
+- :class:`MegatronConfig` — (tp, pp, dp, micro_batch, micro_batches per replica, recompute).
 - :class:`Efficiency` — the model's calibratable factors; :func:`calibrate` fits them to measured
   iteration times and reports the error (:class:`CalibrationResult`).
 - :func:`enumerate_configs` — every feasible config for a task on ``x`` devices of a kind.
@@ -22,6 +22,7 @@ efficiency, fixed overhead), which makes calibration a small linear least-square
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -35,8 +36,9 @@ thumb; Megatron runs typically peak at 85-95 % of HBM)."""
 
 
 @dataclass(frozen=True, slots=True)
-class ParallelConfig:
-    """A Megatron parallel configuration for ``tp * pp * dp`` workers."""
+class MegatronConfig:
+    """A Megatron configuration for ``tp * pp * dp`` workers: the parallel layout with the micro-batching and
+    recomputation the throughput model prices (the wire's ``protocol.ParallelConfig`` is the layout alone)."""
 
     tp: int
     pp: int
@@ -96,7 +98,7 @@ def _ring_allreduce_s(nbytes: float, group: int, bandwidth: float) -> float:
     return 2.0 * (group - 1) / group * nbytes / bandwidth
 
 
-def memory_per_device(spec: GPTSpec, cfg: ParallelConfig) -> float:
+def memory_per_device(spec: GPTSpec, cfg: MegatronConfig) -> float:
     """Peak bytes on the busiest device (the first pipeline stage).
 
     Model state is split evenly over tp*pp devices (embedding imbalance ignored: it is small next to
@@ -111,12 +113,12 @@ def memory_per_device(spec: GPTSpec, cfg: ParallelConfig) -> float:
     return state + act * layers_per_stage * in_flight
 
 
-def fits_memory(spec: GPTSpec, kind: DeviceKind, cfg: ParallelConfig) -> bool:
+def fits_memory(spec: GPTSpec, kind: DeviceKind, cfg: MegatronConfig) -> bool:
     budget = kind.memory_bytes * USABLE_MEMORY_FRACTION - kind.memory_overhead_bytes
     return memory_per_device(spec, cfg) <= budget
 
 
-def iteration_time_breakdown(spec: GPTSpec, kind: DeviceKind, cfg: ParallelConfig) -> IterationTimeBreakdown:
+def iteration_time_breakdown(spec: GPTSpec, kind: DeviceKind, cfg: MegatronConfig) -> IterationTimeBreakdown:
     """Compute and communication seconds per iteration at unit efficiency (see module docstring)."""
     total_micro = spec.global_batch_size // cfg.micro_batch
     flops = spec.flops_per_iteration(cfg.recompute)
@@ -149,7 +151,7 @@ def iteration_time_breakdown(spec: GPTSpec, kind: DeviceKind, cfg: ParallelConfi
 
 
 def iteration_time(
-    spec: GPTSpec, kind: DeviceKind, cfg: ParallelConfig, eff: Efficiency | None = None
+    spec: GPTSpec, kind: DeviceKind, cfg: MegatronConfig, eff: Efficiency | None = None
 ) -> float:
     """Modelled seconds per iteration."""
     return iteration_time_breakdown(spec, kind, cfg).total(eff or Efficiency())
@@ -157,7 +159,7 @@ def iteration_time(
 
 def enumerate_configs(
     spec: GPTSpec, kind: DeviceKind, workers: int, *, check_memory: bool = True
-) -> Iterator[ParallelConfig]:
+) -> Iterator[MegatronConfig]:
     """All feasible configs on exactly ``workers`` devices.
 
     TP divides the heads and the node's device count (a TP group never straddles nodes); PP divides
@@ -178,7 +180,7 @@ def enumerate_configs(
                     continue
                 m = spec.global_batch_size // (dp * mb)
                 for recompute in (False, True):
-                    cfg = ParallelConfig(tp, pp, dp, mb, m, recompute)
+                    cfg = MegatronConfig(tp, pp, dp, mb, m, recompute)
                     if not check_memory or fits_memory(spec, kind, cfg):
                         yield cfg
 
@@ -188,7 +190,7 @@ class ThroughputPoint:
     workers: int
     flops_per_s: float
     """Achieved model FLOP/s of the whole task (useful FLOPs: recomputation not counted)."""
-    config: ParallelConfig | None
+    config: MegatronConfig | None
     iteration_s: float | None = None
 
 
@@ -224,7 +226,7 @@ class ThroughputTable:
         p = self._by_workers.get(workers)
         return p.flops_per_s if p is not None else 0.0
 
-    def best_config(self, workers: int) -> ParallelConfig | None:
+    def best_config(self, workers: int) -> MegatronConfig | None:
         p = self._by_workers.get(workers)
         return p.config if p is not None else None
 
@@ -262,7 +264,7 @@ def build_throughput_table(
     useful = spec.flops_per_iteration(recompute=False)
     points: list[ThroughputPoint] = []
     for x in range(unit, max_workers + 1, unit):
-        best: tuple[float, ParallelConfig] | None = None
+        best: tuple[float, MegatronConfig] | None = None
         for cfg in enumerate_configs(spec, kind, x):
             t = iteration_time(spec, kind, cfg, eff)
             if (
@@ -287,7 +289,7 @@ def build_throughput_table(
 class Measurement:
     """A measured iteration time of a config (from the real workers' hook)."""
 
-    config: ParallelConfig
+    config: MegatronConfig
     iteration_s: float
 
 
@@ -377,3 +379,34 @@ def calibrate(
                 best_eff, best_err, best_names = eff, err, names
     after = _rel_errors(bds, ys, best_eff)
     return CalibrationResult(best_eff, before, _rms(after), max(abs(e) for e in after), best_names)
+
+
+def measured_slowdown(
+    spec: GPTSpec, kind: DeviceKind, measurements: Iterable[Measurement], base: Efficiency | None = None
+) -> float | None:
+    """The median of measured / modelled iteration time over ``measurements`` (modelled with the ``base``
+    factors, the ones an uncalibrated task is planned with); None without a usable measurement."""
+    base = base or Efficiency()
+    ratios = []
+    for m in measurements:
+        modelled = iteration_time_breakdown(spec, kind, m.config).total(base)
+        if m.iteration_s > 0 and modelled > 0:
+            ratios.append(m.iteration_s / modelled)
+    return statistics.median(ratios) if ratios else None
+
+
+def uncalibrated_prior(slowdowns: Iterable[float], base: Efficiency | None = None) -> Efficiency:
+    """The factors to plan a never-calibrated task with, beside tasks calibrated on the same device kind:
+    ``base`` slowed down by the median of their measured / modelled ratios (:func:`measured_slowdown`), so
+    every task of one plan is valued on one basis. Never faster than ``base`` (the prior is conservative);
+    ``base`` itself when no task was calibrated.
+
+    Planning such a task at the nominal model beside measured numbers compares two bases: a small model on
+    CPU slots ran ~110x slower than modelled, so the nominal figure of an uncalibrated task outbid every
+    calibrated one and the plan suspended the high-weight tasks for a weight-1 one."""
+    base = base or Efficiency()
+    ratios = [s for s in slowdowns if s > 0 and math.isfinite(s)]
+    if not ratios:
+        return base
+    r = max(statistics.median(ratios), 1.0)
+    return Efficiency(base.compute / r, base.communication / r, base.overhead_s * r)
