@@ -5,10 +5,14 @@ from django.contrib import admin
 from controlplane.apps.common.admin import AuditedModelAdmin
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 
+DEVICE_SERVICE_FIELDS = ["state", "isolated_at", "isolation_reason", "probation_until"]
+"""Written by fleet.services only (one write path): read-only in the admin."""
+
 
 class DeviceInline(admin.TabularInline):  # type: ignore[type-arg]
     model = Device
     extra = 0
+    readonly_fields = DEVICE_SERVICE_FIELDS
 
 
 @admin.register(Node)
@@ -17,15 +21,25 @@ class NodeAdmin(AuditedModelAdmin):
     list_filter = ["state", "quarantined"]
     search_fields = ["name", "address"]
     # state changes go through fleet.services (one write path), so they are read-only here
-    readonly_fields = ["state", "quarantined", "token_hash", "created_at", "updated_at"]
+    readonly_fields = [
+        "state",
+        "quarantined",
+        "quarantine_reason",
+        "isolated_at",
+        "isolation_reason",
+        "probation_until",
+        "token_hash",
+        "created_at",
+        "updated_at",
+    ]
     inlines = [DeviceInline]
 
 
 @admin.register(Device)
 class DeviceAdmin(AuditedModelAdmin):
-    list_display = ["node", "index", "kind", "memory_bytes", "state", "error_count"]
+    list_display = ["node", "index", "kind", "memory_bytes", "state", "error_count", "probation_until"]
     list_filter = ["state", "kind"]
-    readonly_fields = ["state"]
+    readonly_fields = DEVICE_SERVICE_FIELDS
 
 
 @admin.register(AgentCommand)

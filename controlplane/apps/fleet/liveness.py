@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.apps.accounts.services import do_record_audit
+from controlplane.apps.common.triggers import request_replan
 from controlplane.apps.fleet.authority import Refusal, check_snapshot_adverts, task_pk
 from controlplane.apps.fleet.choices import DEVICE_MACHINE, CommandState, CommandType, DeviceState, NodeState
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
@@ -25,7 +26,6 @@ from controlplane.apps.fleet.services import (
     do_set_node_state,
 )
 from controlplane.apps.incidents.reports import report_missing_workers
-from controlplane.apps.planning.triggers import request_replan
 from controlplane.apps.training.choices import TERMINAL_TASK_STATES
 from controlplane.apps.training.models import TrainingTask
 from controlplane.core.planning import DEVICE_KINDS

@@ -16,6 +16,12 @@ class Node(models.Model):
     quarantined = models.BooleanField(
         default=False, help_text="Kept out of plans until an operator clears it."
     )
+    quarantine_reason = models.TextField(blank=True, help_text="Why the node was quarantined.")
+    isolated_at = models.DateTimeField(null=True, blank=True, help_text="When the node was last isolated.")
+    isolation_reason = models.TextField(blank=True, help_text="Why the node was last isolated.")
+    probation_until = models.DateTimeField(
+        null=True, blank=True, help_text="Back in service on probation until then (after an isolation)."
+    )
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=64, blank=True)
     snapshot_endpoint = models.CharField(
@@ -48,6 +54,11 @@ class Device(models.Model):
     sev2_count = models.PositiveIntegerField(default=0)
     sev1_count = models.PositiveIntegerField(default=0)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    isolated_at = models.DateTimeField(null=True, blank=True, help_text="When the device was last isolated.")
+    isolation_reason = models.TextField(blank=True, help_text="Why the device was last isolated.")
+    probation_until = models.DateTimeField(
+        null=True, blank=True, help_text="Back in service on probation until then (after an isolation)."
+    )
 
     class Meta:
         ordering = ["node__name", "index"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, get_args
@@ -14,6 +15,7 @@ from controlplane.apps.accounts.services import Actor, do_record_audit
 from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.cas import swap_state
 from controlplane.apps.common.errors import Conflict, InvalidInput, StaleState
+from controlplane.apps.common.triggers import request_replan
 from controlplane.apps.fleet.choices import (
     COMMAND_MACHINE,
     DEVICE_MACHINE,
@@ -21,15 +23,15 @@ from controlplane.apps.fleet.choices import (
     NODE_MACHINE,
     CommandState,
     CommandType,
+    DeviceState,
     NodeState,
 )
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 from controlplane.apps.fleet.outbox import notify_agent_on_commit
 from controlplane.apps.fleet.tokens import hash_node_token, new_node_token
-from controlplane.apps.planning.triggers import request_replan
 from controlplane.apps.training.choices import TaskState
 from controlplane.apps.training.models import Allocation, TrainingTask
-from controlplane.core.protocol import FaultKind, FaultSpec
+from controlplane.core.protocol import Command, FaultKind, FaultSpec
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class DeviceSpec:
 
 def node_event(node: Node) -> dict[str, Any]:
     return {"id": node.pk, "name": node.name, "state": node.state, "quarantined": node.quarantined}
+
+
+def device_event(device: Device) -> dict[str, Any]:
+    return {"id": device.pk, "node": device.node_id, "state": device.state}
 
 
 # --- registration and tokens -------------------------------------------------------------------
@@ -89,8 +95,11 @@ def do_rotate_node_token(actor: Actor, node: Node) -> str:
 
 @transaction.atomic
 def do_set_node_state(node: Node, new: NodeState, reason: str = "") -> Node:
-    """Health-monitor transitions (joining→healthy, healthy→suspect→lost …), compare-and-swap."""
+    """Health-monitor transitions (joining→healthy, healthy→suspect→lost …), compare-and-swap. An
+    isolation records when and why (shown to operators, and the start of its probation window)."""
     swap_state(Node, node.pk, NODE_MACHINE, node.state, new)
+    if new == NodeState.ISOLATED:
+        Node.objects.filter(pk=node.pk).update(isolated_at=timezone.now(), isolation_reason=reason)
     node.refresh_from_db()
     send_event_on_commit("node.state", {**node_event(node), "reason": reason})
     return node
@@ -147,11 +156,15 @@ def do_drain_node(actor: Actor, node: Node) -> Node:
 @transaction.atomic
 def do_quarantine_node(actor: Actor, node: Node, reason: str) -> Node:
     """Keep a node that keeps failing out of plans until an operator clears it (docs/ARCHITECTURE.md §7.2)."""
-    if Node.objects.filter(pk=node.pk, quarantined=False).update(quarantined=True) != 1:
+    if (
+        Node.objects.filter(pk=node.pk, quarantined=False).update(quarantined=True, quarantine_reason=reason)
+        != 1
+    ):
         raise Conflict(f"Node {node.name} is already quarantined.")
     node.refresh_from_db()
     if NODE_MACHINE.can(node.state, NodeState.ISOLATED):
         swap_state(Node, node.pk, NODE_MACHINE, node.state, NodeState.ISOLATED)
+        Node.objects.filter(pk=node.pk).update(isolated_at=timezone.now(), isolation_reason=reason)
         node.refresh_from_db()
     do_record_audit(actor, "quarantine_node", node, after={"reason": reason, "state": node.state})
     send_event_on_commit("node.state", {**node_event(node), "reason": reason})
@@ -167,7 +180,7 @@ def check_clear_quarantine(node: Node) -> None:
 def do_clear_quarantine(actor: Actor, node: Node) -> Node:
     """Operator clears the quarantine; an isolated node goes back to `joining` to be re-admitted."""
     check_clear_quarantine(node)
-    if Node.objects.filter(pk=node.pk, quarantined=True).update(quarantined=False) != 1:
+    if Node.objects.filter(pk=node.pk, quarantined=True).update(quarantined=False, quarantine_reason="") != 1:
         raise StaleState(f"Node {node.name} quarantine was cleared concurrently.")
     before_state = node.state
     node.refresh_from_db()
@@ -190,10 +203,68 @@ def do_clear_quarantine(actor: Actor, node: Node) -> Node:
 
 
 @transaction.atomic
-def do_set_device_state(device: Device, new: str) -> Device:
+def do_set_device_state(device: Device, new: str, reason: str = "") -> Device:
+    """A device's state, compare-and-swap; an isolation records when and why."""
     swap_state(Device, device.pk, DEVICE_MACHINE, device.state, new)
+    if new == DeviceState.ISOLATED:
+        Device.objects.filter(pk=device.pk).update(isolated_at=timezone.now(), isolation_reason=reason)
     device.refresh_from_db()
-    send_event_on_commit("device.state", {"id": device.pk, "node": device.node_id, "state": device.state})
+    send_event_on_commit("device.state", device_event(device))
+    return device
+
+
+# --- return to service (docs/ARCHITECTURE.md §7.2) ----------------------------------------------------
+
+
+def check_return_node_to_service(node: Node) -> None:
+    if node.quarantined:
+        raise Conflict(
+            f"Node {node.name} is quarantined ({node.quarantine_reason or 'no reason recorded'}): "
+            "clear its quarantine to return it to service."
+        )
+    if node.state != NodeState.ISOLATED:
+        raise Conflict(f"Node {node.name} is {node.state}, not isolated: it is not out of service.")
+
+
+@transaction.atomic
+def do_return_node_to_service(actor: Actor, node: Node, probation_s: float, reason: str) -> Node:
+    """An isolated node goes back to `joining` (re-admitted on its next heartbeat) on probation for
+    ``probation_s``; a re-plan puts its devices back to work. By an operator, or automatically after
+    a clean probation window (``actor`` None)."""
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    check_return_node_to_service(node)
+    before = {"state": node.state, "isolation_reason": node.isolation_reason}
+    swap_state(Node, node.pk, NODE_MACHINE, NodeState.ISOLATED, NodeState.JOINING)
+    until = timezone.now() + timedelta(seconds=probation_s)
+    Node.objects.filter(pk=node.pk).update(probation_until=until)
+    node.refresh_from_db()
+    after = {"state": node.state, "probation_until": until.isoformat(), "reason": reason}
+    do_record_audit(actor, "return_node_to_service", node, before, after)
+    send_event_on_commit("node.state", {**node_event(node), "reason": reason})
+    request_replan("node_joined")
+    return node
+
+
+def check_return_device_to_service(device: Device) -> None:
+    if device.state != DeviceState.ISOLATED:
+        raise Conflict(f"Device {device.node.name}/{device.index} is {device.state}, not isolated.")
+
+
+@transaction.atomic
+def do_return_device_to_service(actor: Actor, device: Device, probation_s: float, reason: str) -> Device:
+    """An isolated device is healthy again, on probation for ``probation_s``; a re-plan puts it back
+    to work. By an operator, or automatically after a clean probation window (``actor`` None)."""
+    device = Device.objects.select_for_update().select_related("node").get(pk=device.pk)
+    check_return_device_to_service(device)
+    before = {"state": device.state, "isolation_reason": device.isolation_reason}
+    swap_state(Device, device.pk, DEVICE_MACHINE, DeviceState.ISOLATED, DeviceState.HEALTHY)
+    until = timezone.now() + timedelta(seconds=probation_s)
+    Device.objects.filter(pk=device.pk).update(probation_until=until)
+    device.refresh_from_db()
+    after = {"state": device.state, "probation_until": until.isoformat(), "reason": reason}
+    do_record_audit(actor, "return_device_to_service", device, before, after)
+    send_event_on_commit("device.state", {**device_event(device), "reason": reason})
+    request_replan("node_joined")
     return device
 
 
@@ -216,6 +287,7 @@ def do_enqueue_command(
     task_id: int | None = None,
     task_epoch: int | None = None,
     transition_id: int | None = None,
+    command_id: uuid.UUID | None = None,
 ) -> AgentCommand:
     """Persist a command for ``node``; the agent link sends it and re-sends it until acked."""
     command = AgentCommand.objects.create(
@@ -225,12 +297,35 @@ def do_enqueue_command(
         task_id=task_id,
         task_epoch=task_epoch,
         transition_id=transition_id,
+        **({"command_id": command_id} if command_id is not None else {}),
     )
     send_event_on_commit(
         "agent_command.queued", {"node": node.name, "command_id": str(command.command_id), "type": type}
     )
     notify_agent_on_commit(node.name)
     return command
+
+
+_ROW_FIELDS = frozenset({"type", "command_id", "task_id", "epoch", "snapshot_secret"})
+"""Fields of a protocol command the outbox row holds itself (the snapshot key: on the task row only)."""
+
+
+def do_enqueue_protocol_command(
+    node: Node, command: Command, transition_id: int | None = None
+) -> AgentCommand:
+    """Persist ``command``, a protocol message (validated when it was built, so a bad payload fails here
+    and not at delivery), for ``node``: the row keeps its id, type, task and epoch, the rest is its
+    payload (:func:`controlplane.apps.fleet.outbox.command_message` rebuilds the same message)."""
+    task_id = getattr(command, "task_id", None)
+    return do_enqueue_command(
+        node,
+        CommandType(command.type),
+        command.model_dump(mode="json", exclude=set(_ROW_FIELDS)),
+        int(task_id) if task_id else None,
+        getattr(command, "epoch", None),
+        transition_id,
+        command_id=uuid.UUID(command.command_id),
+    )
 
 
 COMMAND_WAKE_AFTER_S = 2.0

@@ -40,13 +40,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane.apps.common.errors import StaleState
+from controlplane.apps.common.triggers import request_failure_handling
 from controlplane.apps.fleet.choices import NodeState
 from controlplane.apps.fleet.models import Node
 from controlplane.apps.fleet.services import do_set_node_state
 from controlplane.apps.incidents.choices import Action, Detector, Severity
 from controlplane.apps.incidents.models import Alert
 from controlplane.apps.incidents.services import FailureReport, do_raise_alert, do_record_failure_event
-from controlplane.apps.planning.triggers import request_failure_handling
 from controlplane.core import failures
 
 log = logging.getLogger(__name__)

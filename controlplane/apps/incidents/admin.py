@@ -20,7 +20,7 @@ class FailureEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ]
     list_filter = ["severity", "detector", "action"]
     search_fields = ["kind", "summary"]
-    readonly_fields = ["report_id"]
+    readonly_fields = ["report_id", "handling_claimed_at"]
 
 
 @admin.register(Alert)

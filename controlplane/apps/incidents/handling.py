@@ -20,21 +20,28 @@ lock it loads the task's unhandled events at the task's epoch and asks the pure 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
-from datetime import timedelta
-from typing import Any
+from contextlib import suppress
+from dataclasses import dataclass, replace
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.apps.common.triggers import request_failure_handling
 from controlplane.apps.fleet.choices import DEVICE_MACHINE, NODE_MACHINE, DeviceState, NodeState
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.fleet.services import do_quarantine_node, do_set_device_state, do_set_node_state
 from controlplane.apps.incidents.choices import Action, Detector, Severity
+from controlplane.apps.incidents.claims import claim_handling, hold_claim, release_claim
 from controlplane.apps.incidents.models import FailureEvent
-from controlplane.apps.incidents.selectors import caused_by_drill, drills_sent, reported_rank
+from controlplane.apps.incidents.selectors import (
+    list_failure_history,
+    reported_rank,
+    reported_worker,
+    stored_classification,
+    stored_evidence,
+)
 from controlplane.apps.incidents.services import (
     FailureReport,
     do_raise_alert,
@@ -42,15 +49,12 @@ from controlplane.apps.incidents.services import (
     do_resolve_failure_event,
 )
 from controlplane.apps.planning.choices import PlanTrigger, TransitionKind, TransitionState
+from controlplane.apps.planning.locking import orchestration_lock
 from controlplane.apps.planning.models import Transition
+from controlplane.apps.planning.replan import replan
+from controlplane.apps.planning.restart import restart_in_place
+from controlplane.apps.planning.stragglers import straggler_isolation_pays
 from controlplane.apps.planning.transitions import fail_transition
-from controlplane.apps.planning.triggers import request_failure_handling
-from controlplane.apps.planning.workload import (
-    orchestration_lock,
-    replan,
-    restart_in_place,
-    straggler_isolation_pays,
-)
 from controlplane.apps.training.choices import TERMINAL_TASK_STATES, TaskState
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.apps.training.services import do_set_task_state
@@ -61,17 +65,22 @@ log = logging.getLogger(__name__)
 
 MAX_ESCALATIONS = 3
 DEFER_STEP_S = 0.5
-ACTION_FOR = {
-    failures.Action.RETRY_IN_PLACE: Action.RETRY_IN_PLACE,
-    failures.Action.RESTART_PROCESS: Action.RESTART_PROCESSES,
-    failures.Action.ISOLATE_AND_RECONFIGURE: Action.ISOLATE_AND_REPLAN,
-}
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """What handling one failure event did: ``replanned`` when the cluster was re-planned (the
+    precomputed decisions are then stale), ``note`` for the log."""
+
+    note: str
+    replanned: bool = False
+
+    def __str__(self) -> str:
+        return self.note
 
 
 def _candidate(ev: FailureEvent) -> FailureCandidate:
-    report = (ev.evidence or {}).get("report", {})
-    rank = report.get("rank")
-    is_exit = (report.get("event") or {}).get("kind") == "exited"
+    worker = reported_worker(ev)
     return FailureCandidate(
         event_id=ev.pk,
         severity=ev.severity,
@@ -79,8 +88,8 @@ def _candidate(ev: FailureEvent) -> FailureCandidate:
         task_id=ev.task_id,
         epoch=ev.task_epoch,
         node=ev.node.name if ev.node is not None else None,
-        rank=rank if isinstance(rank, int) else None,
-        is_exit=is_exit,
+        rank=worker.rank,
+        is_exit=worker.kind == "exited",
     )
 
 
@@ -97,96 +106,104 @@ def _link(events: list[FailureEvent], t: Transition | None) -> None:
         FailureEvent.objects.filter(pk__in=[e.pk for e in events]).update(transition=t)
 
 
-def handle_failure(event_id: int, waited_s: float = 0.0) -> str:
-    """Act on failure event ``event_id`` (and the events correlated with it). Idempotent."""
-    with transaction.atomic():
-        orchestration_lock()
-        ev = (
-            FailureEvent.objects.select_for_update(of=("self",))
-            .select_related("node", "task")
-            .filter(pk=event_id)
-            .first()
+def handle_failure(event_id: int, waited_s: float = 0.0) -> Handled:
+    """Act on failure event ``event_id`` (and the events correlated with it). Idempotent. Claimed while
+    it runs (:mod:`controlplane.apps.incidents.claims`): a worker killed meanwhile does not lose it."""
+    claim_handling(event_id)
+    try:
+        with transaction.atomic():
+            hold_claim(event_id)
+            handled = _handle_claimed(event_id)
+            release_claim(event_id)  # handled, or deferred on purpose: nobody holds it any more
+        return handled
+    except Exception:
+        with suppress(DatabaseError):  # a failed handling is retried by the transition watchdog, not at once
+            release_claim(event_id)
+        raise
+
+
+def _handle_claimed(event_id: int) -> Handled:
+    orchestration_lock()
+    ev = (
+        FailureEvent.objects.select_for_update(of=("self",))
+        .select_related("node", "task")
+        .filter(pk=event_id)
+        .first()
+    )
+    if ev is None or ev.handled_at is not None:
+        return Handled("already handled")
+    if ev.action == Action.NONE:
+        _mark_handled(ev, ev)
+        return Handled("no action")
+    if ev.task_id is None:
+        return _handle_node_event(ev)
+    # no row lock on the task here (the advisory lock serialises the orchestrator; the agent link
+    # locks a transition step before the task row, so locking the task first could deadlock)
+    task = TrainingTask.objects.get(pk=ev.task_id)
+    if task.state in TERMINAL_TASK_STATES or task.state in (TaskState.PENDING, TaskState.SUSPENDED):
+        _mark_handled(ev, None, resolve=True)
+        return Handled(f"task {task.pk} is {task.state}: nothing to do")
+    group = list(
+        FailureEvent.objects.filter(task=task, task_epoch=task.epoch, handled_at__isnull=True)
+        .exclude(action=Action.NONE)
+        .select_related("node")
+    )
+    tolerated = _tolerate_stragglers([e for e in group if e.kind == "straggler"], task)
+    if ev.pk in tolerated:
+        return Handled("straggler tolerated: running without its device is worth less")
+    group = [e for e in group if e.pk not in tolerated]
+    node_ids = set(
+        Allocation.objects.filter(task=task, active=True).values_list("device__node_id", flat=True)
+    )
+    nodes = list(Node.objects.filter(pk__in=node_ids))
+    node_events = list(
+        FailureEvent.objects.filter(
+            task__isnull=True, node_id__in=node_ids, severity=Severity.SEV1, handled_at__isnull=True
+        ).select_related("node")
+    )
+    suspect = [n.name for n in nodes if n.state in (NodeState.SUSPECT, NodeState.LOST)]
+    waited = (timezone.now() - ev.detected_at).total_seconds()
+    decision = correlate(
+        _candidate(ev),
+        task_epoch=task.epoch,
+        group=[_candidate(e) for e in group],
+        node_events=[_candidate(e) for e in node_events],
+        suspect_nodes=suspect,
+        waited_s=waited,
+        max_wait_s=float(settings.UNICRON_LOST_AFTER_S) + 2.0,
+    )
+    by_id = {e.pk: e for e in [*group, *node_events, ev]}
+    if decision.kind == "stale":
+        _mark_handled(ev, None, resolve=True)
+        return Handled(decision.reason)
+    if decision.kind == "defer":
+        request_failure_handling(ev.pk, countdown=DEFER_STEP_S)
+        return Handled(f"deferred: {decision.reason}")
+    assert decision.primary is not None
+    primary = by_id[decision.primary]
+    absorbed = [by_id[i] for i in decision.absorbed if i in by_id]
+    for other in absorbed:
+        _mark_handled(other, primary)
+    if decision.kind == "handover":
+        request_failure_handling(primary.pk, countdown=0.0)
+        return Handled(f"handed over to node event {primary.pk}")
+    running = Transition.objects.filter(task=task, state=TransitionState.RUNNING, epoch=task.epoch).first()
+    if running is not None and primary.task_epoch == task.epoch and running.kind != TransitionKind.SUSPEND:
+        # the task failed again while it was being recovered: escalate (§5.2)
+        fail_transition(
+            running,
+            f"the task failed again during the {running.kind}: {primary.summary}",
+            primary.node,
+            escalate=False,
         )
-        if ev is None or ev.handled_at is not None:
-            return "already handled"
-        if ev.action == Action.NONE:
-            _mark_handled(ev, ev)
-            return "no action"
-        if ev.task_id is None:
-            return _handle_node_event(ev)
-        # no row lock on the task here (the advisory lock serialises the orchestrator; the agent link
-        # locks a transition step before the task row, so locking the task first could deadlock)
-        task = TrainingTask.objects.get(pk=ev.task_id)
-        if task.state in TERMINAL_TASK_STATES or task.state in (TaskState.PENDING, TaskState.SUSPENDED):
-            _mark_handled(ev, None, resolve=True)
-            return f"task {task.pk} is {task.state}: nothing to do"
-        group = list(
-            FailureEvent.objects.filter(task=task, task_epoch=task.epoch, handled_at__isnull=True)
-            .exclude(action=Action.NONE)
-            .select_related("node")
-        )
-        tolerated = _tolerate_stragglers([e for e in group if e.kind == "straggler"], task)
-        if ev.pk in tolerated:
-            return "straggler tolerated: running without its device is worth less"
-        group = [e for e in group if e.pk not in tolerated]
-        node_ids = set(
-            Allocation.objects.filter(task=task, active=True).values_list("device__node_id", flat=True)
-        )
-        nodes = list(Node.objects.filter(pk__in=node_ids))
-        node_events = list(
-            FailureEvent.objects.filter(
-                task__isnull=True, node_id__in=node_ids, severity=Severity.SEV1, handled_at__isnull=True
-            ).select_related("node")
-        )
-        suspect = [n.name for n in nodes if n.state in (NodeState.SUSPECT, NodeState.LOST)]
-        waited = (timezone.now() - ev.detected_at).total_seconds()
-        decision = correlate(
-            _candidate(ev),
-            task_epoch=task.epoch,
-            group=[_candidate(e) for e in group],
-            node_events=[_candidate(e) for e in node_events],
-            suspect_nodes=suspect,
-            waited_s=waited,
-            max_wait_s=float(settings.UNICRON_LOST_AFTER_S) + 2.0,
-        )
-        by_id = {e.pk: e for e in [*group, *node_events, ev]}
-        if decision.kind == "stale":
-            _mark_handled(ev, None, resolve=True)
-            return decision.reason
-        if decision.kind == "defer":
-            request_failure_handling(ev.pk, countdown=DEFER_STEP_S)
-            return f"deferred: {decision.reason}"
-        assert decision.primary is not None
-        primary = by_id[decision.primary]
-        absorbed = [by_id[i] for i in decision.absorbed if i in by_id]
+        escalated = escalate(primary, task, recovery_action_for(running.kind), "failed during recovery")
+        _mark_handled(primary, escalated)
         for other in absorbed:
-            _mark_handled(other, primary)
-        if decision.kind == "handover":
-            request_failure_handling(primary.pk, countdown=0.0)
-            return f"handed over to node event {primary.pk}"
-        running = Transition.objects.filter(
-            task=task, state=TransitionState.RUNNING, epoch=task.epoch
-        ).first()
-        if (
-            running is not None
-            and primary.task_epoch == task.epoch
-            and running.kind != TransitionKind.SUSPEND
-        ):
-            # the task failed again while it was being recovered: escalate (§5.2)
-            fail_transition(
-                running,
-                f"the task failed again during the {running.kind}: {primary.summary}",
-                primary.node,
-                escalate=False,
-            )
-            escalated = escalate(primary, task, recovery_action_for(running.kind), "failed during recovery")
-            _mark_handled(primary, escalated)
-            for other in absorbed:
-                FailureEvent.objects.filter(pk=other.pk).update(handled_by=escalated)
-            if escalated is None:
-                return "task failed: too many escalations"
-            primary, absorbed = escalated, [primary, *absorbed]
-        return _act(primary, absorbed, task)
+            FailureEvent.objects.filter(pk=other.pk).update(handled_by=escalated)
+        if escalated is None:
+            return Handled("task failed: too many escalations")
+        primary, absorbed = escalated, [primary, *absorbed]
+    return _act(primary, absorbed, task)
 
 
 def _tolerate_stragglers(events: list[FailureEvent], task: TrainingTask) -> set[int]:
@@ -194,10 +211,10 @@ def _tolerate_stragglers(events: list[FailureEvent], task: TrainingTask) -> set[
     handled and resolved, with an operator alert. Returns their ids."""
     out: set[int] = set()
     for e in events:
-        ratio = ((e.evidence or {}).get("report", {}).get("event") or {}).get("ratio")
-        if e.device_id is None or not isinstance(ratio, (int, float)):
+        ratio = reported_worker(e).ratio
+        if e.device_id is None or ratio is None:
             continue
-        pays, why = straggler_isolation_pays(task, e.device_id, float(ratio))
+        pays, why = straggler_isolation_pays(task, e.device_id, ratio)
         if pays:
             continue
         _mark_handled(e, e, resolve=True)
@@ -222,7 +239,7 @@ def _failed_ranks(events: list[FailureEvent]) -> set[int]:
     return failed
 
 
-def _act(primary: FailureEvent, absorbed: list[FailureEvent], task: TrainingTask) -> str:
+def _act(primary: FailureEvent, absorbed: list[FailureEvent], task: TrainingTask) -> Handled:
     _mark_handled(primary, primary)
     everything = [primary, *absorbed]
     task.refresh_from_db()
@@ -230,7 +247,7 @@ def _act(primary: FailureEvent, absorbed: list[FailureEvent], task: TrainingTask
         t = restart_in_place(task, primary, set(), TransitionKind.RETRY)
         if t is not None:
             _link(everything, t)
-            return f"retry in place: transition {t.pk}"
+            return Handled(f"retry in place: transition {t.pk}")
     elif primary.severity == Severity.SEV2:
         # Only the ranks whose process is gone (or must go) restart; a rank that reported a collective
         # error and waits (a peer seeing the failure) stays in place as a survivor.
@@ -238,8 +255,8 @@ def _act(primary: FailureEvent, absorbed: list[FailureEvent], task: TrainingTask
         t = restart_in_place(task, primary, failed, TransitionKind.RESTART)
         if t is not None:
             _link(everything, t)
-            return f"restart on the same devices: transition {t.pk}"
-    else:
+            return Handled(f"restart on the same devices: transition {t.pk}")
+    elif _blames_the_hardware(primary):
         isolate(primary)
         check_quarantine(primary.node)
     decision = replan(PlanTrigger.FAILURE, primary, hit_tasks=[task.pk])
@@ -248,14 +265,26 @@ def _act(primary: FailureEvent, absorbed: list[FailureEvent], task: TrainingTask
     if not mine:
         for e in everything:
             do_resolve_failure_event(e)
-    return f"re-planned: plan {decision.plan.pk}, {len(decision.transitions)} transition(s)"
+    return Handled(f"re-planned: plan {decision.plan.pk}, {len(decision.transitions)} transition(s)", True)
 
 
-def _handle_node_event(ev: FailureEvent) -> str:
-    """A node-level sev1 (the node is lost): every task on it is hit; one re-plan covers them all."""
+def _blames_the_hardware(ev: FailureEvent) -> bool:
+    """Whether a sev1 event is evidence against its device or node: a cause, and not a liveness verdict
+    alone (a node lost by heartbeat silence, or a recovery of such a loss that failed)."""
+    if stored_classification(ev).blame is not failures.Blame.CAUSE:
+        return False
+    return stored_evidence(ev).detector != failures.DetectorKind.HEARTBEAT
+
+
+def _handle_node_event(ev: FailureEvent) -> Handled:
+    """A node-level sev1 (the node is lost): every task on it is hit; one re-plan covers them all.
+
+    A liveness verdict alone (heartbeats stopped) does not isolate the node: a lost node is out of the
+    plans while it is lost, its tasks are re-planned once, and it is back in service when it heartbeats
+    again. Only cause-evidence from the node itself isolates it."""
     _mark_handled(ev, ev)
     if ev.severity != Severity.SEV1 or ev.node is None:
-        return "node event without action"
+        return Handled("node event without action")
     task_ids = sorted(
         set(
             Allocation.objects.filter(active=True, device__node=ev.node)
@@ -272,8 +301,9 @@ def _handle_node_event(ev: FailureEvent) -> str:
         ):
             _mark_handled(other, ev)
             absorbed.setdefault(task.pk, []).append(other)
-    isolate(ev)
-    check_quarantine(ev.node)
+    if _blames_the_hardware(ev):
+        isolate(ev)
+        check_quarantine(ev.node)
     decision = replan(PlanTrigger.FAILURE, ev, hit_tasks=task_ids)
     by_task = {t.task_id: t for t in decision.transitions}
     for task_id, events in absorbed.items():
@@ -282,7 +312,11 @@ def _handle_node_event(ev: FailureEvent) -> str:
         _link([ev], decision.transitions[0])
     else:
         do_resolve_failure_event(ev)
-    return f"node {ev.node.name}: re-planned (plan {decision.plan.pk}) for tasks {task_ids}"
+    return Handled(f"node {ev.node.name}: re-planned (plan {decision.plan.pk}) for tasks {task_ids}", True)
+
+
+def _isolation_reason(ev: FailureEvent) -> str:
+    return f"{ev.severity} {ev.kind} (failure event {ev.pk}): {ev.summary}"[:1000]
 
 
 def isolate(ev: FailureEvent) -> None:
@@ -290,7 +324,7 @@ def isolate(ev: FailureEvent) -> None:
     if ev.device_id is not None and ev.kind != "node_lost":
         device = Device.objects.get(pk=ev.device_id)
         if DEVICE_MACHINE.can(device.state, DeviceState.ISOLATED):
-            do_set_device_state(device, DeviceState.ISOLATED)
+            do_set_device_state(device, DeviceState.ISOLATED, _isolation_reason(ev))
         return
     if ev.node is None:
         return
@@ -298,36 +332,7 @@ def isolate(ev: FailureEvent) -> None:
     if node.state not in (NodeState.LOST, NodeState.ISOLATED) and NODE_MACHINE.can(
         node.state, NodeState.ISOLATED
     ):
-        do_set_node_state(node, NodeState.ISOLATED, f"isolated after {ev.severity} {ev.kind} (event {ev.pk})")
-
-
-def _records(node: Node, window_s: float) -> list[failures.FailureRecord]:
-    since = timezone.now() - timedelta(seconds=window_s)
-    drills = drills_sent(node.pk, since)
-    out = []
-    for row in FailureEvent.objects.filter(node=node, occurred_at__gte=since, escalated_from__isnull=True):
-        if (row.evidence or {}).get("tolerated"):
-            continue  # a straggler judged not worth isolating says little about the node
-        if caused_by_drill(row.occurred_at, drills):
-            continue  # an operator's fault drill is not the node's fault
-        out.append(
-            failures.FailureRecord(
-                failures.Evidence(
-                    detector=row.detector,
-                    node=node.name,
-                    device=None,
-                    occurred_at=row.occurred_at.timestamp(),
-                ),
-                failures.Classification(
-                    severity=failures.Severity(row.severity),
-                    action=failures.Action.ISOLATE_AND_RECONFIGURE,
-                    category=failures.Category.UNKNOWN,
-                    rule=row.kind,
-                    reason=row.summary,
-                ),
-            )
-        )
-    return out
+        do_set_node_state(node, NodeState.ISOLATED, _isolation_reason(ev))
 
 
 def check_quarantine(node: Node | None) -> bool:
@@ -339,7 +344,10 @@ def check_quarantine(node: Node | None) -> bool:
         return False
     policy = failures.EscalationPolicy()
     quarantine, reason = failures.should_quarantine(
-        node.name, _records(node, policy.quarantine_window_s), timezone.now().timestamp(), policy
+        node.name,
+        list_failure_history(node, policy.quarantine_window_s),
+        timezone.now().timestamp(),
+        policy,
     )
     if not quarantine:
         return False
@@ -362,11 +370,10 @@ def _chain_length(ev: FailureEvent | None) -> int:
 
 
 def _evidence_of(ev: FailureEvent | None, node: Node | None, reason: str) -> failures.Evidence:
-    core: Any = (ev.evidence or {}).get("core") if ev is not None else None
-    if isinstance(core, dict):
+    if ev is not None:
         try:
-            return failures.Evidence(**core)
-        except TypeError:
+            return failures.Evidence.from_json((ev.evidence or {}).get("core"))
+        except ValueError:
             pass
     detector = (
         failures.DetectorKind.HEARTBEAT if ev is not None and ev.kind == "node_lost" else "orchestrator"
@@ -403,7 +410,7 @@ def escalate(
     evidence = replace(_evidence_of(source, node, reason), during_recovery=during)
     c = failures.classify(evidence)
     if source is not None and source.severity == Severity.SEV1:
-        c = replace(c, severity=failures.Severity.SEV1, action=failures.Action.ISOLATE_AND_RECONFIGURE)
+        c = replace(c, severity=failures.Severity.SEV1, action=failures.Action.ISOLATE_AND_REPLAN)
     blamed = node or (source.node if source is not None else None)
     new, _ = do_record_failure_event(
         FailureReport(
@@ -411,33 +418,13 @@ def escalate(
             kind="recovery_failed",
             severity=Severity(c.severity.value),
             occurred_at=timezone.now(),
-            action=ACTION_FOR[c.action],
+            action=Action(c.action.value),
             summary=f"{reason}: {c.reason}",
             evidence={
                 "reason": reason,
                 "during_recovery": str(during),
-                "core": {
-                    k: getattr(evidence, k)
-                    for k in (
-                        "detector",
-                        "exit_code",
-                        "signal",
-                        "exception_type",
-                        "message",
-                        "node",
-                        "device",
-                        "task_id",
-                        "occurred_at",
-                    )
-                },
-                "classification": {
-                    "severity": str(c.severity),
-                    "action": str(c.action),
-                    "category": str(c.category),
-                    "rule": c.rule,
-                    "reason": c.reason,
-                    "escalated_from": str(c.escalated_from) if c.escalated_from else None,
-                },
+                "core": evidence.to_json(),
+                "classification": c.to_json(),
             },
             node=blamed,
             device=source.device if source is not None and blamed == source.node else None,

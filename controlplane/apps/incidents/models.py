@@ -43,6 +43,11 @@ class FailureEvent(models.Model):
         null=True, blank=True, help_text="The task epoch the evidence belongs to (fencing)."
     )
     handled_at = models.DateTimeField(null=True, blank=True)
+    handling_claimed_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a worker began handling it (released when its handling commits or defers).",
+    )
     handled_by = models.ForeignKey(
         "self",
         null=True,

@@ -6,20 +6,20 @@ hang, straggler) and the ranks an agent lost when it restarted. Classification i
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.apps.common.triggers import request_failure_handling
 from controlplane.apps.fleet.authority import task_pk
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.fleet.services import do_count_device_error
 from controlplane.apps.incidents import choices as incident_choices
 from controlplane.apps.incidents.models import FailureEvent
-from controlplane.apps.incidents.selectors import caused_by_drill, drills_sent
+from controlplane.apps.incidents.probation import on_probation
+from controlplane.apps.incidents.selectors import list_failure_history
 from controlplane.apps.incidents.services import FailureReport, do_raise_alert, do_record_failure_event
-from controlplane.apps.planning.triggers import request_failure_handling
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.core import failures
 from controlplane.core.protocol import Hello, WorkerReport
@@ -36,13 +36,7 @@ _WIRE_DETECTOR = {
     "hang": "statistical_monitoring",
     "straggler": "statistical_monitoring",
 }
-ACTION_FOR = {
-    failures.Action.RETRY_IN_PLACE: incident_choices.Action.RETRY_IN_PLACE,
-    failures.Action.RESTART_PROCESS: incident_choices.Action.RESTART_PROCESSES,
-    failures.Action.ISOLATE_AND_RECONFIGURE: incident_choices.Action.ISOLATE_AND_REPLAN,
-}
 _POLICY = failures.EscalationPolicy()
-_HISTORY_LIMIT = 100
 
 
 def _evidence_of(node_name: str, report: WorkerReport) -> failures.Evidence:
@@ -68,67 +62,6 @@ def _evidence_of(node_name: str, report: WorkerReport) -> failures.Evidence:
     )
 
 
-def _evidence_json(ev: failures.Evidence) -> dict[str, Any]:
-    return {
-        "detector": str(ev.detector),
-        "exit_code": ev.exit_code,
-        "signal": ev.signal,
-        "exception_type": ev.exception_type,
-        "message": ev.message,
-        "node": ev.node,
-        "device": ev.device,
-        "task_id": ev.task_id,
-        "occurred_at": ev.occurred_at,
-    }
-
-
-def _classification_json(c: failures.Classification) -> dict[str, Any]:
-    return {
-        "severity": str(c.severity),
-        "action": str(c.action),
-        "category": str(c.category),
-        "rule": c.rule,
-        "reason": c.reason,
-        "escalated_from": str(c.escalated_from) if c.escalated_from else None,
-    }
-
-
-def _history(node: Node, before: float) -> list[failures.FailureRecord]:
-    """This node's recent classified events (those stored by the agent link carry their core evidence
-    and classification), oldest first, for the escalation policy."""
-    since = timezone.now() - timedelta(seconds=_POLICY.recurrence_window_s)
-    rows = FailureEvent.objects.filter(node=node, occurred_at__gte=since).order_by("-occurred_at")[
-        :_HISTORY_LIMIT
-    ]
-    drills = drills_sent(node.pk, since)
-    records = []
-    for row in rows:
-        if caused_by_drill(row.occurred_at, drills):
-            continue  # a fault drill's failures do not make the node's next ones worse
-        core, cls = row.evidence.get("core"), row.evidence.get("classification")
-        if not isinstance(core, dict) or not isinstance(cls, dict):
-            continue
-        try:
-            records.append(
-                failures.FailureRecord(
-                    failures.Evidence(**core),
-                    failures.Classification(
-                        severity=failures.Severity(cls["severity"]),
-                        action=failures.Action(cls["action"]),
-                        category=failures.Category(cls["category"]),
-                        rule=cls["rule"],
-                        reason=cls["reason"],
-                        escalated_from=failures.Severity(cls["escalated_from"])
-                        if cls.get("escalated_from")
-                        else None,
-                    ),
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            continue
-    return [r for r in reversed(records) if r.evidence.occurred_at <= before]
-
-
 @transaction.atomic
 def record_failure_report(node_id: int, report: WorkerReport) -> str:
     """A worker's failure evidence (exited unexpectedly, exception, hang, straggler) → one classified
@@ -141,8 +74,11 @@ def record_failure_report(node_id: int, report: WorkerReport) -> str:
         return "duplicate report"
     node = Node.objects.get(pk=node_id)
     evidence = _evidence_of(node.name, report)
-    c = failures.classify(evidence, _history(node, evidence.occurred_at), _POLICY)
+    history = list_failure_history(node, _POLICY.recurrence_window_s, before=evidence.occurred_at)
+    c = failures.classify(evidence, history, _POLICY)
     device = Device.objects.filter(node=node, index=report.device).first()
+    if on_probation(node.probation_until) or (device is not None and on_probation(device.probation_until)):
+        c = failures.escalate_on_probation(c)
     pk = task_pk(report.task_id)
     task = TrainingTask.objects.filter(pk=pk).first() if pk is not None else None
     stored, created = do_record_failure_event(
@@ -151,12 +87,12 @@ def record_failure_report(node_id: int, report: WorkerReport) -> str:
             kind=c.rule.replace("-", "_"),
             severity=incident_choices.Severity(c.severity.value),
             occurred_at=report.occurred_at,
-            action=ACTION_FOR[c.action],
+            action=incident_choices.Action(c.action.value),
             summary=c.reason,
             evidence={
                 "report": report.model_dump(mode="json"),
-                "core": _evidence_json(evidence),
-                "classification": _classification_json(c),
+                "core": evidence.to_json(),
+                "classification": c.to_json(),
             },
             report_id=report_id,
             node=node,
@@ -173,8 +109,8 @@ def record_failure_report(node_id: int, report: WorkerReport) -> str:
     else:  # fencing: evidence from an older epoch never triggers an action
         now = timezone.now()
         FailureEvent.objects.filter(pk=stored.pk).update(handled_at=now, resolved_at=now)
-    if device is not None:
-        do_count_device_error(device, c.severity.value)
+    if device is not None and c.blame is failures.Blame.CAUSE:
+        do_count_device_error(device, c.severity.value)  # a peer's failure seen here is not this device's
     if c.severity is failures.Severity.SEV1:
         do_raise_alert(
             incident_choices.Severity.SEV1,
@@ -219,12 +155,12 @@ def report_missing_workers(node: Node, hello: Hello) -> None:
                 kind="worker_missing",
                 severity=incident_choices.Severity(c.severity.value),
                 occurred_at=timezone.now(),
-                action=ACTION_FOR[c.action],
+                action=incident_choices.Action(c.action.value),
                 summary=f"rank {a.rank} missing after the agent of {node.name} reconnected: {c.reason}",
                 evidence={
                     "report": {"rank": a.rank, "event": {"kind": "missing"}},
-                    "core": _evidence_json(evidence),
-                    "classification": _classification_json(c),
+                    "core": evidence.to_json(),
+                    "classification": c.to_json(),
                 },
                 report_id=report_id,
                 node=node,

@@ -1,17 +1,19 @@
 """Failures core (docs/ARCHITECTURE.md §7.1-7.2): classification (evidence → severity → action) and detectors.
 
-- ``classification``: :class:`Evidence`, :class:`Severity`, :class:`Action`, :class:`Classification`,
-  :data:`RULES`, :func:`classify`, :func:`classify_evidence`, :func:`should_quarantine`,
-  :func:`reclassify`.
+- ``classification``: :class:`Evidence`, :class:`Severity`, :class:`Action`, :class:`Blame`,
+  :class:`Classification`, :data:`RULES`, :func:`classify`, :func:`classify_evidence`,
+  :func:`should_quarantine`, :func:`reclassify`.
 - ``detectors``: :func:`heartbeat_expired`, :func:`mass_silence`, :class:`IterationTimeMonitor`,
   :class:`StragglerDetector`.
 - ``evaluation``: synthetic iteration-time series and false-positive / detection-delay measurement.
 """
 
 from controlplane.core.failures.classification import (
+    ACTION_FOR,
     DEFAULT_RULE,
     RULES,
     Action,
+    Blame,
     Category,
     Classification,
     DetectorKind,
@@ -20,8 +22,10 @@ from controlplane.core.failures.classification import (
     FailureRecord,
     Rule,
     Severity,
+    blame_of_rule,
     classify,
     classify_evidence,
+    escalate_on_probation,
     reclassify,
     should_quarantine,
 )
@@ -39,9 +43,11 @@ from controlplane.core.failures.detectors import (
 )
 
 __all__ = [
+    "ACTION_FOR",
     "DEFAULT_RULE",
     "RULES",
     "Action",
+    "Blame",
     "Category",
     "Classification",
     "DetectorKind",
@@ -56,8 +62,10 @@ __all__ = [
     "StragglerDetector",
     "StragglerParams",
     "StragglerVerdict",
+    "blame_of_rule",
     "classify",
     "classify_evidence",
+    "escalate_on_probation",
     "expired_nodes",
     "heartbeat_deadline",
     "heartbeat_expired",

@@ -6,6 +6,8 @@ API:
 - :data:`RULES` — the ordered table of :class:`Rule` rows; the first matching row wins.
 - :func:`classify_evidence` — the table alone; :func:`classify` — the table plus the escalation
   policy over the failure history (:class:`EscalationPolicy`, :class:`FailureRecord`).
+- :class:`Blame` — whether evidence is a *cause* (this rank failed) or a *consequence* (a collective
+  broke because a peer failed); only causes build a node's or device's failure history.
 - :func:`should_quarantine` — the node quarantine rule.
 - :func:`reclassify` — re-run the whole pipeline over stored evidence in time order.
 
@@ -20,6 +22,7 @@ import signal as _signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any, TypeVar
 
 
 class Severity(StrEnum):
@@ -33,14 +36,14 @@ class Severity(StrEnum):
 
 class Action(StrEnum):
     RETRY_IN_PLACE = "retry_in_place"
-    RESTART_PROCESS = "restart_process"
-    ISOLATE_AND_RECONFIGURE = "isolate_and_reconfigure"
+    RESTART_PROCESSES = "restart_processes"
+    ISOLATE_AND_REPLAN = "isolate_and_replan"
 
 
 ACTION_FOR: dict[Severity, Action] = {
     Severity.SEV3: Action.RETRY_IN_PLACE,
-    Severity.SEV2: Action.RESTART_PROCESS,
-    Severity.SEV1: Action.ISOLATE_AND_RECONFIGURE,
+    Severity.SEV2: Action.RESTART_PROCESSES,
+    Severity.SEV1: Action.ISOLATE_AND_REPLAN,
 }
 
 
@@ -52,6 +55,16 @@ class DetectorKind(StrEnum):
     EXCEPTION = "exception"
     HANG = "hang"
     STRAGGLER = "straggler"
+
+
+class Blame(StrEnum):
+    """Whether evidence blames the place that reported it."""
+
+    CAUSE = "cause"
+    """This rank's own process died, hung, raised in its own code or straggled, or its hardware failed."""
+    CONSEQUENCE = "consequence"
+    """A collective broke because a peer failed (a connection reset or closed by the peer, a collective
+    timeout, a gloo transport EOF): acted on for the task, never evidence against this node or device."""
 
 
 class Category(StrEnum):
@@ -89,6 +102,67 @@ class Evidence:
     def text(self) -> str:
         return f"{self.exception_type or ''}: {self.message}"
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "detector": str(self.detector),
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "exception_type": self.exception_type,
+            "message": self.message,
+            "node": self.node,
+            "device": self.device,
+            "task_id": self.task_id,
+            "occurred_at": self.occurred_at,
+            "during_recovery": None if self.during_recovery is None else str(self.during_recovery),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Evidence:
+        """Parse stored evidence; :class:`ValueError` naming the field when it is malformed."""
+        d = _object(data, "evidence")
+        during = d.get("during_recovery")
+        return cls(
+            detector=_field(d, "detector", str, required=True),
+            exit_code=_field(d, "exit_code", int),
+            signal=_field(d, "signal", int),
+            exception_type=_field(d, "exception_type", str),
+            message=_field(d, "message", str) or "",
+            node=_field(d, "node", str),
+            device=_field(d, "device", int),
+            task_id=_field(d, "task_id", str),
+            occurred_at=float(_field(d, "occurred_at", (int, float)) or 0.0),
+            during_recovery=None if during is None else _enum(Action, during, "evidence.during_recovery"),
+        )
+
+
+def _object(data: object, what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"{what}: expected an object, got {type(data).__name__}")
+    return data
+
+
+def _field(d: dict[str, Any], name: str, kind: type | tuple[type, ...], required: bool = False) -> Any:
+    value = d.get(name)
+    if value is None:
+        if required:
+            raise ValueError(f"{name}: missing")
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f"{name}: expected {kind}, got {value!r}")
+    return value
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _enum(kind: type[_E], value: object, name: str) -> _E:
+    try:
+        if isinstance(value, str):
+            return kind(value)
+    except ValueError:
+        pass
+    raise ValueError(f"{name}: {value!r} is not one of {[str(m) for m in kind]}")
+
 
 @dataclass(frozen=True, slots=True)
 class Rule:
@@ -105,6 +179,7 @@ class Rule:
     """Exception class names (the last dotted component is compared)."""
     exit_codes: frozenset[int] | None = None
     signals: frozenset[int] | None = None
+    blame: Blame = Blame.CAUSE
     _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -167,16 +242,22 @@ RULES: tuple[Rule, ...] = (
          detectors=frozenset({_S.STRAGGLER})),
     # --- sev3: transient network ------------------------------------------------------------------
     Rule("collective-timeout", Severity.SEV3, Category.NETWORK, "one collective timed out",
-         pattern=r"collective operation timeout|Watchdog caught collective|NCCL.{0,60}timed? ?out"),
+         pattern=r"collective operation timeout|Watchdog caught collective|NCCL.{0,60}timed? ?out",
+         blame=Blame.CONSEQUENCE),
     Rule("connection-error", Severity.SEV3, Category.NETWORK, "transient connection error",
          exception_types=frozenset({"ConnectionResetError", "ConnectionRefusedError",
                                     "ConnectionAbortedError", "BrokenPipeError", "DistNetworkError",
-                                    "DistStoreError"})),
+                                    "DistStoreError"}),
+         blame=Blame.CONSEQUENCE),
     Rule("connection-message", Severity.SEV3, Category.NETWORK, "transient connection error (from message)",
          pattern=r"connection reset|connection refused|broken pipe|connection closed by|socket timeout"
-                 r"|NET/IB|link (is )?(down|flap)|remote process exited or there was a network error"),
+                 r"|remote process exited or there was a network error",
+         blame=Blame.CONSEQUENCE),
+    Rule("network-link", Severity.SEV3, Category.NETWORK, "this node's network link failed",
+         pattern=r"NET/IB|link (is )?(down|flap)"),
     Rule("gloo-transport", Severity.SEV3, Category.NETWORK, "gloo transport error",
-         pattern=r"gloo.{0,80}(connection|timed out|read error|write error|EOF)"),
+         pattern=r"gloo.{0,80}(connection|timed out|read error|write error|EOF)",
+         blame=Blame.CONSEQUENCE),
     Rule("hang", Severity.SEV3, Category.NETWORK,
          "iteration exceeded the hang threshold (stuck collective): "
          "abort the communicator and repeat the step",
@@ -220,6 +301,42 @@ class Classification:
     rule: str
     reason: str
     escalated_from: Severity | None = None
+    blame: Blame = Blame.CAUSE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "severity": str(self.severity),
+            "action": str(self.action),
+            "category": str(self.category),
+            "rule": self.rule,
+            "reason": self.reason,
+            "escalated_from": None if self.escalated_from is None else str(self.escalated_from),
+            "blame": str(self.blame),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Classification:
+        """Parse a stored classification; :class:`ValueError` naming the field when it is malformed."""
+        d = _object(data, "classification")
+        escalated = d.get("escalated_from")
+        return cls(
+            severity=_enum(Severity, d.get("severity"), "classification.severity"),
+            action=_enum(Action, d.get("action"), "classification.action"),
+            category=_enum(Category, d.get("category"), "classification.category"),
+            rule=_field(d, "rule", str, required=True),
+            reason=_field(d, "reason", str) or "",
+            escalated_from=None
+            if escalated is None
+            else _enum(Severity, escalated, "classification.escalated_from"),
+            blame=_enum(Blame, d.get("blame", blame_of_rule(str(d.get("rule")))), "classification.blame"),
+        )
+
+
+def blame_of_rule(rule: str) -> Blame:
+    """The blame of a table row by its name (``-`` or ``_`` separated); a cause for any other name
+    (the default row, the orchestrator's own events)."""
+    name = rule.replace("_", "-")
+    return next((r.blame for r in RULES if r.name == name), Blame.CAUSE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +364,7 @@ class EscalationPolicy:
 def classify_evidence(ev: Evidence, rules: Sequence[Rule] = RULES) -> Classification:
     """The table alone: the first matching row, or the safe default."""
     rule = next((r for r in rules if r.matches(ev)), DEFAULT_RULE)
-    return Classification(rule.severity, rule.action, rule.category, rule.name, rule.reason)
+    return Classification(rule.severity, rule.action, rule.category, rule.name, rule.reason, blame=rule.blame)
 
 
 def _escalate(c: Classification, to: Severity, why: str) -> Classification:
@@ -262,18 +379,30 @@ def classify(
     policy: EscalationPolicy | None = None,
     rules: Sequence[Rule] = RULES,
 ) -> Classification:
-    """Table lookup, then escalation over the history (records before ``ev``)."""
+    """Table lookup, then escalation over the history (records before ``ev``).
+
+    Only causes escalate by repetition, and only causes are counted: a consequence (a peer's failure
+    seen through a collective) is acted on at its table severity, or escalated because the recovery it
+    was part of failed, but never up to isolating the place that merely saw it."""
     policy = policy or EscalationPolicy()
     c = classify_evidence(ev, rules)
     hardware_possible = c.category not in NOT_HARDWARE
-    if ev.during_recovery is Action.RESTART_PROCESS and c.severity is not Severity.SEV1 and hardware_possible:
-        return _escalate(c, Severity.SEV1, "the restart failed")
+    cause = c.blame is Blame.CAUSE
+    restart_failed = ev.during_recovery is Action.RESTART_PROCESSES
+    if restart_failed and c.severity is not Severity.SEV1 and hardware_possible:
+        if cause:
+            return _escalate(c, Severity.SEV1, "the restart failed")
+        if c.severity is Severity.SEV3:
+            return _escalate(c, Severity.SEV2, "the restart failed (a peer's failure seen here)")
     if ev.during_recovery is Action.RETRY_IN_PLACE and c.severity is Severity.SEV3:
         c = _escalate(c, Severity.SEV2, "the retry in place failed")
+    if not cause:
+        return c
     recent = [
         r
         for r in history
         if r.evidence.node == ev.node
+        and r.classification.blame is Blame.CAUSE
         and 0 <= ev.occurred_at - r.evidence.occurred_at <= policy.recurrence_window_s
     ]
     if c.severity is Severity.SEV2 and hardware_possible and ev.node is not None:
@@ -299,6 +428,14 @@ def classify(
     return c
 
 
+def escalate_on_probation(c: Classification) -> Classification:
+    """A cause that could be the hardware, on a device or node returned to service on probation,
+    isolates it again at once: it was given its chance."""
+    if c.blame is not Blame.CAUSE or c.category in NOT_HARDWARE or c.severity is Severity.SEV1:
+        return c
+    return _escalate(c, Severity.SEV1, "it failed again while on probation after an isolation")
+
+
 def should_quarantine(
     node: str, history: Iterable[FailureRecord], now: float, policy: EscalationPolicy | None = None
 ) -> tuple[bool, str]:
@@ -309,6 +446,7 @@ def should_quarantine(
         for r in history
         if r.evidence.node == node
         and r.classification.severity is Severity.SEV1
+        and r.classification.blame is Blame.CAUSE
         and 0 <= now - r.evidence.occurred_at <= policy.quarantine_window_s
     ]
     if len(hits) >= policy.quarantine_sev1_count:

@@ -8,7 +8,7 @@
 
 from controlplane.core.orchestration.correlation import (
     SEVERITY_RANK,
-    Decision,
+    CorrelatedAction,
     FailureCandidate,
     correlate,
     recovery_action_for,
@@ -25,7 +25,7 @@ from controlplane.core.orchestration.placement import (
 
 __all__ = [
     "SEVERITY_RANK",
-    "Decision",
+    "CorrelatedAction",
     "DeviceSlot",
     "FailureCandidate",
     "Layout",

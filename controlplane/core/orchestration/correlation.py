@@ -48,7 +48,10 @@ DecisionKind = Literal["act", "defer", "stale", "handover"]
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class CorrelatedAction:
+    """What failure handling does with a task's open events: act on the worst, defer, drop as stale, or
+    hand over."""
+
     kind: DecisionKind
     primary: int | None
     """The event acted on (``act``) or handed over to (``handover``)."""
@@ -71,7 +74,7 @@ def correlate(
     suspect_nodes: Sequence[str] = (),
     waited_s: float = 0.0,
     max_wait_s: float = 0.0,
-) -> Decision:
+) -> CorrelatedAction:
     """Decide what to do about ``event``.
 
     ``group``: the task's unhandled events at ``task_epoch`` (``event`` included or not);
@@ -79,7 +82,7 @@ def correlate(
     nodes whose health is in doubt.
     """
     if event.epoch is not None and task_epoch is not None and event.epoch < task_epoch:
-        return Decision(
+        return CorrelatedAction(
             "stale", None, None, (event.event_id,), f"epoch {event.epoch} < task epoch {task_epoch}"
         )
     members = {c.event_id: c for c in group if c.epoch is None or c.epoch == task_epoch}
@@ -87,11 +90,11 @@ def correlate(
     if node_events:
         node = min(node_events, key=_key)
         absorbed = tuple(sorted(i for i in members if i != node.event_id))
-        return Decision(
+        return CorrelatedAction(
             "handover", node.event_id, node.severity, absorbed, f"node event {node.event_id} on {node.node}"
         )
     if suspect_nodes and waited_s < max_wait_s:
-        return Decision(
+        return CorrelatedAction(
             "defer",
             None,
             None,
@@ -102,7 +105,7 @@ def correlate(
     evidence = [c for c in members.values() if not (c.is_exit and (c.node, c.rank) in explained)]
     primary = min(evidence or list(members.values()), key=_key)
     absorbed = tuple(sorted(i for i in members if i != primary.event_id))
-    return Decision(
+    return CorrelatedAction(
         "act",
         primary.event_id,
         primary.severity,
@@ -113,10 +116,10 @@ def correlate(
 
 RECOVERY_ACTIONS: dict[str, Action] = {
     "retry": Action.RETRY_IN_PLACE,
-    "restart": Action.RESTART_PROCESS,
-    "reconfigure": Action.ISOLATE_AND_RECONFIGURE,
-    "launch": Action.ISOLATE_AND_RECONFIGURE,
-    "suspend": Action.ISOLATE_AND_RECONFIGURE,
+    "restart": Action.RESTART_PROCESSES,
+    "reconfigure": Action.ISOLATE_AND_REPLAN,
+    "launch": Action.ISOLATE_AND_REPLAN,
+    "suspend": Action.ISOLATE_AND_REPLAN,
 }
 
 

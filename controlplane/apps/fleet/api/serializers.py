@@ -26,6 +26,9 @@ class DeviceSerializer(serializers.ModelSerializer[Device]):
             "sev2_count",
             "sev1_count",
             "last_error_at",
+            "isolated_at",
+            "isolation_reason",
+            "probation_until",
         ]
 
 
@@ -40,6 +43,10 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "address",
             "state",
             "quarantined",
+            "quarantine_reason",
+            "isolated_at",
+            "isolation_reason",
+            "probation_until",
             "last_heartbeat_at",
             "agent_version",
             "device_count",

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
@@ -26,7 +27,11 @@ from controlplane.apps.fleet.services import (
     do_drain_node,
     do_inject_fault,
     do_register_node,
+    do_return_device_to_service,
+    do_return_node_to_service,
 )
+
+BY_OPERATOR = "returned to service by an operator"
 
 
 class NodeFilter(filters.FilterSet):  # type: ignore[misc]
@@ -46,6 +51,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedVie
         "create": Role.ADMIN,
         "drain": Role.OPERATOR,
         "clear_quarantine": Role.OPERATOR,
+        "return_to_service": Role.OPERATOR,
         "inject_fault": Role.OPERATOR,
     }
 
@@ -72,6 +78,19 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedVie
     def clear_quarantine(self, request: Request, pk: str | None = None) -> Response:
         """Let a quarantined node back into plans (operator)."""
         node = do_clear_quarantine(request.user, self.get_object())
+        return Response(NodeSerializer(node).data)
+
+    @extend_schema(request=None, responses=NodeSerializer)
+    @action(detail=True, methods=["post"], url_path="return-to-service")
+    def return_to_service(self, request: Request, pk: str | None = None) -> Response:
+        """Return an isolated node to service on probation (operator); a quarantined node needs its
+        quarantine cleared instead. 409 when the node is not isolated."""
+        node = do_return_node_to_service(
+            request.user,
+            self.get_object(),
+            settings.UNICRON_PROBATION_S,
+            "returned to service by an operator",
+        )
         return Response(NodeSerializer(node).data)
 
     @extend_schema(request=InjectFaultSerializer, responses={202: InjectedFaultSerializer})
@@ -110,3 +129,16 @@ class DeviceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedV
     serializer_class = DeviceSerializer
     filterset_class = DeviceFilter
     ordering_fields = ["node__name", "index", "state"]
+    action_roles = {"return_to_service": Role.OPERATOR}
+
+    @extend_schema(request=None, responses=DeviceSerializer)
+    @action(detail=True, methods=["post"], url_path="return-to-service")
+    def return_to_service(self, request: Request, pk: str | None = None) -> Response:
+        """Return an isolated device to service on probation (operator). 409 when it is not isolated."""
+        device = do_return_device_to_service(
+            request.user,
+            self.get_object(),
+            settings.UNICRON_PROBATION_S,
+            "returned to service by an operator",
+        )
+        return Response(DeviceSerializer(device).data)

@@ -45,7 +45,7 @@ class AlertFilter(filters.FilterSet):  # type: ignore[misc]
 
 
 class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedViewSet):
-    queryset = list_alerts().prefetch_related("deliveries")
+    queryset = list_alerts()
     serializer_class = AlertSerializer
     filterset_class = AlertFilter
     ordering_fields = ["created_at", "severity", "state"]

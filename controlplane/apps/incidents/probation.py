@@ -1,0 +1,75 @@
+"""Isolation is not forever (docs/ARCHITECTURE.md §7.2): an isolated device or node that gave no new
+cause-evidence for ``UNICRON_RETURN_TO_SERVICE_AFTER_S`` returns to service on probation for
+``UNICRON_PROBATION_S``, and a re-plan puts it back to work; a cause failure while on probation isolates
+it again at once (:func:`controlplane.core.failures.escalate_on_probation`). A quarantined node stays out
+until an operator clears it. ``incidents.release_isolations`` (Celery beat) runs
+:func:`do_release_isolations`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.apps.common.errors import Conflict
+from controlplane.apps.fleet.choices import DeviceState, NodeState
+from controlplane.apps.fleet.models import Device, Node
+from controlplane.apps.fleet.services import do_return_device_to_service, do_return_node_to_service
+from controlplane.apps.incidents.selectors import has_cause_evidence_since
+
+
+@dataclass
+class Released:
+    """What one sweep returned to service."""
+
+    devices: list[int] = field(default_factory=list)
+    nodes: list[int] = field(default_factory=list)
+
+
+def on_probation(until: datetime | None, now: datetime | None = None) -> bool:
+    return until is not None and until > (now or timezone.now())
+
+
+def do_release_isolations(now: datetime | None = None) -> Released:
+    """Return every isolated device and (unquarantined) node whose isolation is older than the window
+    and that gave no cause-evidence since, on probation."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=float(settings.UNICRON_RETURN_TO_SERVICE_AFTER_S))
+    probation_s = float(settings.UNICRON_PROBATION_S)
+    out = Released()
+    # isolated before isolations were timed (or by a path that does not time them): the window starts now
+    Device.objects.filter(state=DeviceState.ISOLATED, isolated_at__isnull=True).update(isolated_at=now)
+    Node.objects.filter(state=NodeState.ISOLATED, isolated_at__isnull=True).update(isolated_at=now)
+    devices = Device.objects.filter(state=DeviceState.ISOLATED, isolated_at__lte=cutoff).select_related(
+        "node"
+    )
+    for device in devices.select_related("node"):
+        assert device.isolated_at is not None
+        if has_cause_evidence_since(device.isolated_at, device=device):
+            continue
+        with transaction.atomic():
+            try:
+                do_return_device_to_service(
+                    None, device, probation_s, "no new failure since its isolation: back on probation"
+                )
+            except Conflict:
+                continue  # changed meanwhile
+        out.devices.append(device.pk)
+    nodes = Node.objects.filter(state=NodeState.ISOLATED, quarantined=False, isolated_at__lte=cutoff)
+    for node in nodes:
+        assert node.isolated_at is not None
+        if has_cause_evidence_since(node.isolated_at, node=node):
+            continue
+        with transaction.atomic():
+            try:
+                do_return_node_to_service(
+                    None, node, probation_s, "no new failure since its isolation: back on probation"
+                )
+            except Conflict:
+                continue
+        out.nodes.append(node.pk)
+    return out
