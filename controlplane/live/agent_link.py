@@ -72,6 +72,7 @@ from controlplane.apps.incidents.reports import record_failure_report
 from controlplane.apps.metrics.ingest import record_iteration_stats
 from controlplane.apps.planning.progress import record_expected_exit, record_transition_report
 from controlplane.apps.planning.transitions import on_command_settled
+from controlplane.apps.training.checkpoints import record_checkpoint_saved
 from controlplane.core.protocol import (
     COORDINATOR_NODE,
     Ack,
@@ -114,6 +115,8 @@ def report_handler(report: WorkerReport) -> Callable[[int, WorkerReport], str]:
         return record_iteration_stats
     if event.kind == "transition":
         return record_transition_report
+    if event.kind == "checkpoint_saved":
+        return record_checkpoint_saved
     if event.kind == "exited" and event.expected:
         return record_expected_exit
     if event.kind == "started":

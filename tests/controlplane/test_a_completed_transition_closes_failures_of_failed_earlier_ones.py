@@ -11,8 +11,9 @@ from controlplane.apps.incidents.handling import handle_failure
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.choices import TransitionKind
 from controlplane.apps.planning.models import Transition
+from controlplane.apps.planning.replan import replan
+from controlplane.apps.planning.restart import restart_in_place
 from controlplane.apps.planning.transitions import advance_transition
-from controlplane.apps.planning.workload import replan, restart_in_place
 from controlplane.apps.training.models import Allocation, TrainingTask
 from tests.controlplane.factories import FailureEventFactory, NodeFactory, TaskFactory
 
@@ -69,8 +70,8 @@ def test_a_task_failure_handed_over_to_its_node_loss_is_resolved_with_the_relaun
         node=host, task=task, task_epoch=task.epoch, severity="sev3", action="retry_in_place",
         evidence={"report": {"rank": 1, "event": {"kind": "exception", "waiting": True}}},
     )  # fmt: skip
-    assert handle_failure(reset.pk).startswith("handed over")
-    assert handle_failure(lost.pk).startswith("node")
+    assert handle_failure(reset.pk).note.startswith("handed over")
+    assert handle_failure(lost.pk).note.startswith("node")
     reset.refresh_from_db()
     assert reset.transition_id is not None
     relaunch = Transition.objects.get(pk=reset.transition_id)

@@ -60,5 +60,7 @@ def test_other_database_errors_are_not_disguised_as_retryable(
     monkeypatch.setattr(fleet_services, "do_record_audit", broken)
     operator_client.raise_request_exception = False
     response: Any = _drill(operator_client)
-    assert response.status_code == 500
+    # a lost connection is a database outage: a 503, but not one that says the request may be sent again
+    assert response.status_code == 503
+    assert response.json()["code"] == "store_unavailable"
     assert not AgentCommand.objects.exists()

@@ -13,7 +13,7 @@ import pytest
 from django.apps import apps
 from rest_framework.test import APIClient
 
-from controlplane.apps.fleet.models import Node
+from controlplane.apps.fleet.models import Device, Node
 from tests.controlplane.api_endpoints import schema_operations, urlconf_paths
 from tests.controlplane.factories import (
     AlertFactory,
@@ -38,14 +38,18 @@ REQUIRED_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/nodes/{id}/"): VIEWER,
     ("POST", "/api/v1/nodes/{id}/drain/"): OPERATOR,
     ("POST", "/api/v1/nodes/{id}/clear-quarantine/"): OPERATOR,
+    ("POST", "/api/v1/nodes/{id}/return-to-service/"): OPERATOR,
     ("POST", "/api/v1/nodes/{id}/inject-fault/"): OPERATOR,
     ("GET", "/api/v1/devices/"): VIEWER,
     ("GET", "/api/v1/devices/{id}/"): VIEWER,
+    ("POST", "/api/v1/devices/{id}/return-to-service/"): OPERATOR,
+    ("GET", "/api/v1/device-map/"): VIEWER,
     ("GET", "/api/v1/tasks/"): VIEWER,
     ("POST", "/api/v1/tasks/"): OPERATOR,
     ("GET", "/api/v1/tasks/{id}/"): VIEWER,
     ("POST", "/api/v1/tasks/{id}/change-weight/"): OPERATOR,
     ("POST", "/api/v1/tasks/{id}/cancel/"): OPERATOR,
+    ("GET", "/api/v1/tasks/{id}/checkpoints/"): VIEWER,
     ("GET", "/api/v1/failure-events/"): VIEWER,
     ("GET", "/api/v1/failure-events/{id}/"): VIEWER,
     ("GET", "/api/v1/alerts/"): VIEWER,
@@ -119,9 +123,13 @@ def _url_and_body(method: str, path: str, audit_id: int) -> tuple[str, dict[str,
         "metrics": objs["task"].pk,
         "me": 0,
         "summary": 0,
+        "device-map": 0,
         "simulations": objs["simulation"],
     }
     url = path.replace("{id}", str(ids[resource])).replace("{task_id}", str(objs["task"].pk))
+    if path.endswith("/return-to-service/"):  # only isolated hardware returns to service
+        Node.objects.filter(pk=objs["node"].pk).update(state="isolated", quarantined=False)
+        Device.objects.filter(pk=objs["device"].pk).update(state="isolated")
     body: dict[str, Any] = {}
     if method == "POST":
         body = {

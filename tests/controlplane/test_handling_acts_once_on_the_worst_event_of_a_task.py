@@ -13,7 +13,7 @@ from django.utils import timezone
 from controlplane.apps.incidents.handling import handle_failure
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.models import Transition
-from controlplane.apps.planning.workload import replan
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask
 from tests.controlplane.factories import NodeFactory, TaskFactory
 
@@ -52,7 +52,7 @@ def test_the_crash_wins_over_the_peers_connection_reset(db: None) -> None:
     devices = sorted(Allocation.objects.filter(task=task, active=True).values_list("device_id", "rank"))
     reset = event(task, "sev3", "retry_in_place", rank=0, kind="exception", epoch=task.epoch, waiting=True)
     crash = event(task, "sev2", "restart_processes", rank=3, kind="exited", epoch=task.epoch)
-    outcome = handle_failure(reset.pk)
+    outcome = handle_failure(reset.pk).note
     assert outcome.startswith("restart on the same devices")
     reset.refresh_from_db()
     crash.refresh_from_db()
@@ -66,13 +66,13 @@ def test_the_crash_wins_over_the_peers_connection_reset(db: None) -> None:
     assert survivors == {(r, r) for r in (0, 1, 2, 4, 5, 6, 7)}
     after = sorted(Allocation.objects.filter(task=task, active=True).values_list("device_id", "rank"))
     assert after == devices
-    assert handle_failure(crash.pk) == "already handled"
+    assert handle_failure(crash.pk).note == "already handled"
 
 
 def test_evidence_from_an_older_epoch_triggers_nothing(db: None) -> None:
     task = running_task()
     old = event(task, "sev2", "restart_processes", rank=1, kind="exited", epoch=task.epoch - 1)
-    assert "epoch" in handle_failure(old.pk)
+    assert "epoch" in handle_failure(old.pk).note
     old.refresh_from_db()
     assert old.handled_at is not None
     assert not Transition.objects.filter(task=task, epoch=task.epoch + 1).exists()
@@ -85,7 +85,7 @@ def test_a_restart_keeps_in_place_every_rank_that_waits_whatever_its_severity(db
     task = running_task()
     own = event(task, "sev2", "restart_processes", rank=5, kind="exception", epoch=task.epoch)
     seen = event(task, "sev2", "restart_processes", rank=2, kind="exception", epoch=task.epoch, waiting=True)
-    assert handle_failure(seen.pk).startswith("restart on the same devices")
+    assert handle_failure(seen.pk).note.startswith("restart on the same devices")
     t = Transition.objects.get(task=task, epoch=task.epoch + 1)
     survivors = {tuple(x) for x in t.steps.get(name="reconfigure").detail["survivors"]}
     assert survivors == {(r, r) for r in (0, 1, 2, 3, 4, 6, 7)}
@@ -99,7 +99,7 @@ def test_a_restart_where_every_rank_waits_restarts_none_of_them(db: None) -> Non
         last = event(
             task, "sev2", "restart_processes", rank=rank, kind="exception", epoch=task.epoch, waiting=True
         )
-    assert handle_failure(last.pk).startswith("restart on the same devices")
+    assert handle_failure(last.pk).note.startswith("restart on the same devices")
     t = Transition.objects.get(task=task, epoch=task.epoch + 1)
     survivors = {tuple(x) for x in t.steps.get(name="reconfigure").detail["survivors"]}
     assert survivors == {(r, r) for r in range(8)}

@@ -12,7 +12,7 @@ from controlplane.apps.fleet.models import Device
 from controlplane.apps.incidents.handling import handle_failure
 from controlplane.apps.incidents.models import Alert, FailureEvent
 from controlplane.apps.planning.models import Transition
-from controlplane.apps.planning.workload import replan
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask
 from tests.controlplane.factories import NodeFactory, TaskFactory
 
@@ -51,7 +51,7 @@ def start(nodes: int) -> TrainingTask:
 def test_kept_when_the_task_cannot_run_without_it(db: None) -> None:
     task = start(nodes=1)
     ev = straggler(task, ratio=1.6)
-    assert handle_failure(ev.pk).startswith("straggler tolerated")
+    assert handle_failure(ev.pk).note.startswith("straggler tolerated")
     ev.refresh_from_db()
     assert ev.resolved_at is not None
     assert Device.objects.get(pk=ev.device_id).state == "healthy"
@@ -62,7 +62,7 @@ def test_kept_when_the_task_cannot_run_without_it(db: None) -> None:
 def test_isolated_when_spare_devices_make_it_pay(db: None) -> None:
     task = start(nodes=2)
     ev = straggler(task, ratio=1.6)
-    assert handle_failure(ev.pk).startswith("re-planned")
+    assert handle_failure(ev.pk).note.startswith("re-planned")
     assert Device.objects.get(pk=ev.device_id).state == "isolated"
     assert not Allocation.objects.filter(task=task, active=True, device_id=ev.device_id).exists()
     assert Transition.objects.filter(task=task, epoch=task.epoch + 1, failure_event=ev).exists()

@@ -8,7 +8,7 @@ from django.db import transaction
 
 from controlplane.apps.fleet.liveness import apply_hello
 from controlplane.apps.fleet.models import AgentCommand, Node
-from controlplane.apps.planning.workload import replan
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.core.protocol import DeviceInfo, Hello, WorkerStatus
 from tests.controlplane.factories import NodeFactory, TaskFactory

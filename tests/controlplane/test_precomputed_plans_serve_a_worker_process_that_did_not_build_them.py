@@ -16,12 +16,12 @@ from django.db import transaction
 
 from controlplane.apps.fleet.choices import NodeState
 from controlplane.apps.fleet.models import Node
-from controlplane.apps.planning import workload
+from controlplane.apps.planning.precomputed import precomputed
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.planning.selectors import cluster_state_of, load_cluster
-from controlplane.apps.planning.workload import replan
 from controlplane.apps.training.models import Allocation
 from tests.controlplane.factories import NodeFactory, TaskFactory
-from tests.e2e.loop import test_database_url
+from tests.e2e.loop import test_database_url as database_url_for_children
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = "controlplane.config.settings"
@@ -29,7 +29,7 @@ SETTINGS = "controlplane.config.settings"
 PRECOMPUTE = """
 import django
 django.setup()
-from controlplane.apps.planning.workload import precomputed, refresh_precomputed
+from controlplane.apps.planning.precomputed import precomputed, refresh_precomputed
 refresh_precomputed()
 print(len(precomputed().local))
 """
@@ -47,7 +47,7 @@ def test_a_node_loss_is_a_lookup_in_a_process_that_did_not_precompute() -> None:
     other = subprocess.run(
         [sys.executable, "-c", PRECOMPUTE],
         cwd=ROOT,
-        env=dict(os.environ, DJANGO_SETTINGS_MODULE=SETTINGS, DATABASE_URL=test_database_url()),
+        env=dict(os.environ, DJANGO_SETTINGS_MODULE=SETTINGS, DATABASE_URL=database_url_for_children()),
         capture_output=True,
         text=True,
         timeout=120,
@@ -55,8 +55,8 @@ def test_a_node_loss_is_a_lookup_in_a_process_that_did_not_precompute() -> None:
     assert other.returncode == 0, other.stderr[-3000:]
     assert int(other.stdout.strip().splitlines()[-1]) >= 8  # distinct problems: node losses, completions
 
-    workload.precomputed.cache_clear()  # this process built nothing
-    assert not workload.precomputed().local
+    precomputed.cache_clear()  # this process built nothing
+    assert not precomputed().local
     busy = Allocation.objects.filter(active=True).values_list("device__node_id", flat=True).first()
     victim = next(n for n in nodes if n.pk == busy)
     Node.objects.filter(pk=victim.pk).update(state=NodeState.LOST)
@@ -64,13 +64,13 @@ def test_a_node_loss_is_a_lookup_in_a_process_that_did_not_precompute() -> None:
     with transaction.atomic():
         after = replan("failure")
     assert after.plan.lookup, "the plan the other process precomputed was not found"
-    assert workload.precomputed().shared_hits == 1
+    assert precomputed().shared_hits == 1
     assert not Allocation.objects.filter(active=True, device__node=victim).exists()
     times = []
     for _ in range(30):  # the shared-store path alone: an empty local cache each time
-        workload.precomputed.cache_clear()
+        precomputed.cache_clear()
         began = time.perf_counter()
-        assert workload.precomputed().lookup(problem) is not None
+        assert precomputed().lookup(problem) is not None
         times.append((time.perf_counter() - began) * 1000.0)
     print(
         f"\nFIGURE decision at 128 GPUs / 8 tasks in a process that did not precompute: "

@@ -8,7 +8,8 @@ from django.db import transaction
 
 from controlplane.apps.fleet.choices import NodeState
 from controlplane.apps.fleet.models import Node
-from controlplane.apps.planning.workload import refresh_precomputed, replan
+from controlplane.apps.planning.precomputed import refresh_precomputed
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation
 from tests.controlplane.factories import NodeFactory, TaskFactory
 

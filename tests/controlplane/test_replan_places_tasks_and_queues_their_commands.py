@@ -9,7 +9,8 @@ from django.db import transaction
 from controlplane.apps.fleet.choices import NodeState
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.planning.models import Plan, Transition
-from controlplane.apps.planning.workload import precomputed, refresh_precomputed, replan
+from controlplane.apps.planning.precomputed import precomputed, refresh_precomputed
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask
 from tests.controlplane.factories import FailureEventFactory, NodeFactory, TaskFactory
 

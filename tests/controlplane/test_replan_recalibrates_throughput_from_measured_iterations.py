@@ -10,8 +10,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.apps.metrics.models import MetricSample
+from controlplane.apps.planning.calibration import recalibrate_tasks
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.planning.selectors import build_planning_problem, load_cluster
-from controlplane.apps.planning.workload import recalibrate_tasks, replan
 from controlplane.apps.training.models import TrainingTask
 from tests.controlplane.factories import NodeFactory, TaskFactory
 

@@ -14,7 +14,7 @@ from pytest_django.fixtures import SettingsWrapper
 
 from controlplane.apps.metrics.models import MetricSample
 from controlplane.apps.planning.models import Transition
-from controlplane.apps.planning.workload import replan
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import TrainingTask
 from tests.controlplane.factories import NodeFactory, TaskFactory
 

@@ -8,6 +8,7 @@ from controlplane.apps.planning.services import (
     do_set_step_state,
     do_set_transition_state,
 )
+from controlplane.core.transitions.steps import StepDetail
 from tests.controlplane.factories import PlanFactory, TaskFactory
 
 
@@ -19,7 +20,7 @@ def test_transition_detail_has_steps_with_timestamps(db: None, viewer_client: AP
     do_set_transition_state(transition, TransitionState.RUNNING)
     first = transition.steps.get(order=0)
     do_set_step_state(first, StepState.RUNNING)
-    do_set_step_state(first, StepState.DONE, {"stopped": 8})
+    do_set_step_state(first, StepState.DONE, StepDetail(commands=["c-1"]))
 
     body = viewer_client.get(f"/api/v1/transitions/{transition.pk}/").json()
 

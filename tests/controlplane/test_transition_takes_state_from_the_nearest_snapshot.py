@@ -9,7 +9,8 @@ from django.db import transaction
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.planning.choices import TransitionKind
 from controlplane.apps.planning.models import Transition
-from controlplane.apps.planning.workload import replan, restart_in_place
+from controlplane.apps.planning.replan import replan
+from controlplane.apps.planning.restart import restart_in_place
 from controlplane.apps.training.models import TrainingTask
 from tests.controlplane.factories import FailureEventFactory, NodeFactory, TaskFactory
 

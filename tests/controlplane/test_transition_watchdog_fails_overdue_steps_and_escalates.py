@@ -12,12 +12,12 @@ from django.utils import timezone
 from controlplane.apps.fleet.models import AgentCommand
 from controlplane.apps.incidents.models import Alert, FailureEvent
 from controlplane.apps.planning.models import TransitionStep
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.planning.transitions import (
     advance_transition,
     check_transitions,
     do_record_rank_resumed,
 )
-from controlplane.apps.planning.workload import replan
 from tests.controlplane.factories import NodeFactory, TaskFactory
 
 

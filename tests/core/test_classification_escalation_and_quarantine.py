@@ -45,9 +45,9 @@ def test_a_sev3_whose_retry_failed_becomes_sev2() -> None:
 
 
 def test_a_failed_restart_becomes_sev1() -> None:
-    c = classify(_at(CUDA, 100.0, during_recovery=Action.RESTART_PROCESS))
+    c = classify(_at(CUDA, 100.0, during_recovery=Action.RESTART_PROCESSES))
     assert c.severity is Severity.SEV1
-    assert c.action is Action.ISOLATE_AND_RECONFIGURE
+    assert c.action is Action.ISOLATE_AND_REPLAN
 
 
 def test_a_sev2_recurring_on_the_same_device_within_the_window_becomes_sev1() -> None:
@@ -63,11 +63,12 @@ def test_a_sev2_recurring_on_the_same_device_within_the_window_becomes_sev1() ->
 def test_repeated_out_of_memory_never_isolates_the_node() -> None:
     hist = [FailureRecord(_at(OOM, t), classify(_at(OOM, t))) for t in (1.0, 2.0, 3.0)]
     assert classify(_at(OOM, 4.0), hist).severity is Severity.SEV2
-    assert classify(_at(OOM, 4.0, during_recovery=Action.RESTART_PROCESS), hist).severity is Severity.SEV2
+    assert classify(_at(OOM, 4.0, during_recovery=Action.RESTART_PROCESSES), hist).severity is Severity.SEV2
 
 
-def test_repeated_transient_errors_on_one_node_escalate_to_restart() -> None:
-    records = reclassify([_at(RESET, t) for t in (10.0, 20.0, 30.0)])
+def test_repeated_hangs_on_one_node_escalate_to_restart() -> None:
+    hang = Evidence(DetectorKind.HANG, node="n1", device=0)
+    records = reclassify([_at(hang, t) for t in (10.0, 20.0, 30.0)])
     assert [r.classification.severity for r in records] == [Severity.SEV3, Severity.SEV3, Severity.SEV2]
 
 

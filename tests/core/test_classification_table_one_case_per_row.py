@@ -5,6 +5,7 @@ import pytest
 from controlplane.core.failures import (
     RULES,
     Action,
+    Blame,
     DetectorKind,
     Evidence,
     Severity,
@@ -17,31 +18,31 @@ CASES: dict[str, tuple[Evidence, Severity, Action]] = {
     "node-heartbeat-lost": (
         Evidence(DetectorKind.HEARTBEAT, node="n1"),
         Severity.SEV1,
-        Action.ISOLATE_AND_RECONFIGURE,
+        Action.ISOLATE_AND_REPLAN,
     ),
     "gpu-xid-hardware": (
         Evidence(EX, message="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."),
         Severity.SEV1,
-        Action.ISOLATE_AND_RECONFIGURE,
+        Action.ISOLATE_AND_REPLAN,
     ),
     "gpu-ecc": (
         Evidence(
             EX, exception_type="RuntimeError", message="CUDA error: uncorrectable ECC error encountered"
         ),
         Severity.SEV1,
-        Action.ISOLATE_AND_RECONFIGURE,
+        Action.ISOLATE_AND_REPLAN,
     ),
     "gpu-nvlink": (
         Evidence(EX, message="NVLink: fatal error detected on link 3"),
         Severity.SEV1,
-        Action.ISOLATE_AND_RECONFIGURE,
+        Action.ISOLATE_AND_REPLAN,
     ),
     "gpu-lost": (
         Evidence(EX, exception_type="RuntimeError", message="CUDA error: no CUDA-capable device is detected"),
         Severity.SEV1,
-        Action.ISOLATE_AND_RECONFIGURE,
+        Action.ISOLATE_AND_REPLAN,
     ),
-    "straggler": (Evidence(DetectorKind.STRAGGLER, node="n2"), Severity.SEV1, Action.ISOLATE_AND_RECONFIGURE),
+    "straggler": (Evidence(DetectorKind.STRAGGLER, node="n2"), Severity.SEV1, Action.ISOLATE_AND_REPLAN),
     "collective-timeout": (
         Evidence(
             EX,
@@ -62,6 +63,13 @@ CASES: dict[str, tuple[Evidence, Severity, Action]] = {
         Severity.SEV3,
         Action.RETRY_IN_PLACE,
     ),
+    "network-link": (
+        Evidence(
+            EX, exception_type="RuntimeError", message="NET/IB : Got async event : port error, link down"
+        ),
+        Severity.SEV3,
+        Action.RETRY_IN_PLACE,
+    ),
     "gloo-transport": (
         Evidence(
             EX,
@@ -79,14 +87,14 @@ CASES: dict[str, tuple[Evidence, Severity, Action]] = {
             message="CUDA out of memory. Tried to allocate 2.00 GiB",
         ),
         Severity.SEV2,
-        Action.RESTART_PROCESS,
+        Action.RESTART_PROCESSES,
     ),
     "cuda-error": (
         Evidence(
             EX, exception_type="RuntimeError", message="CUDA error: an illegal memory access was encountered"
         ),
         Severity.SEV2,
-        Action.RESTART_PROCESS,
+        Action.RESTART_PROCESSES,
     ),
     "nccl-error": (
         Evidence(
@@ -96,34 +104,46 @@ CASES: dict[str, tuple[Evidence, Severity, Action]] = {
             "internal error - please report this issue to the NCCL developers",
         ),
         Severity.SEV2,
-        Action.RESTART_PROCESS,
+        Action.RESTART_PROCESSES,
     ),
-    "killed": (Evidence(DetectorKind.PROCESS_EXIT, exit_code=-9), Severity.SEV2, Action.RESTART_PROCESS),
+    "killed": (Evidence(DetectorKind.PROCESS_EXIT, exit_code=-9), Severity.SEV2, Action.RESTART_PROCESSES),
     "crash-signal": (
         Evidence(DetectorKind.PROCESS_EXIT, exit_code=128 + signal.SIGSEGV),
         Severity.SEV2,
-        Action.RESTART_PROCESS,
+        Action.RESTART_PROCESSES,
     ),
     "user-exception": (
         Evidence(EX, exception_type="KeyError", message="'input_ids'"),
         Severity.SEV2,
-        Action.RESTART_PROCESS,
+        Action.RESTART_PROCESSES,
     ),
     "worker-exited": (
         Evidence(DetectorKind.PROCESS_EXIT, exit_code=1),
         Severity.SEV2,
-        Action.RESTART_PROCESS,
+        Action.RESTART_PROCESSES,
     ),
     "worker-exited-early": (
         Evidence(DetectorKind.PROCESS_EXIT, exit_code=0),
         Severity.SEV2,
-        Action.RESTART_PROCESS,
+        Action.RESTART_PROCESSES,
     ),
 }
 
 
+CONSEQUENCES = frozenset({"collective-timeout", "connection-error", "connection-message", "gloo-transport"})
+"""Rows whose evidence is a peer's failure seen through a collective: everything else blames the rank
+(or the node) that reported it."""
+
+
 def test_every_row_of_the_table_has_exactly_one_case() -> None:
     assert set(CASES) == {r.name for r in RULES}
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_each_row_says_whether_its_evidence_is_a_cause_or_a_consequence(rule_name: str) -> None:
+    ev, _, _ = CASES[rule_name]
+    expected = Blame.CONSEQUENCE if rule_name in CONSEQUENCES else Blame.CAUSE
+    assert classify_evidence(ev).blame is expected
 
 
 @pytest.mark.parametrize("rule_name", sorted(CASES))
@@ -139,7 +159,7 @@ def test_unknown_evidence_lands_on_the_safe_default_with_a_reason() -> None:
     c = classify_evidence(Evidence("exception", exception_type="SomethingNew", message="never seen before"))
     assert c.rule == "default"
     assert c.severity is Severity.SEV2
-    assert c.action is Action.RESTART_PROCESS
+    assert c.action is Action.RESTART_PROCESSES
     assert "no rule matched" in c.reason
     assert classify_evidence(Evidence("a-detector-we-do-not-know")).rule == "default"
 

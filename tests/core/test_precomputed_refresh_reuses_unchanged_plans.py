@@ -3,7 +3,7 @@ from dataclasses import replace
 from controlplane.core.planning import (
     ClusterState,
     NodeLost,
-    Plan,
+    PlannedAllocation,
     PlanningProblem,
     PrecomputedPlans,
     TaskState,
@@ -29,7 +29,7 @@ def _state(weight_b: float) -> ClusterState:
 def test_nodes_hosting_the_same_workers_share_one_plan_and_one_dp() -> None:
     calls: list[PlanningProblem] = []
 
-    def counting(p: PlanningProblem) -> Plan:
+    def counting(p: PlanningProblem) -> PlannedAllocation:
         calls.append(p)
         return plan(p)
 
@@ -41,7 +41,7 @@ def test_nodes_hosting_the_same_workers_share_one_plan_and_one_dp() -> None:
 def test_refresh_replans_only_events_whose_problem_changed() -> None:
     calls: list[PlanningProblem] = []
 
-    def counting(p: PlanningProblem) -> Plan:
+    def counting(p: PlanningProblem) -> PlannedAllocation:
         calls.append(p)
         return plan(p)
 

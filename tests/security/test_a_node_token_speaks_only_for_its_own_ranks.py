@@ -141,7 +141,7 @@ async def test_the_node_that_runs_the_rank_is_still_heard(register: Register, co
 @database_sync_to_async
 def planner_sources(task: TrainingTask, stranger: Registered, owner: Registered) -> list[str]:
     from controlplane.apps.planning.selectors import load_cluster
-    from controlplane.apps.planning.workload import snapshot_copies
+    from controlplane.apps.planning.sources import snapshot_copies
 
     TrainingTask.objects.filter(pk=task.pk).update(parallel_config={"tp": 1, "pp": 1, "dp": 1})
     task.refresh_from_db()

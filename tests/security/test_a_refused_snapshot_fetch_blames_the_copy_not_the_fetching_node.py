@@ -11,8 +11,8 @@ from django.utils import timezone
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.models import Transition
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.planning.transitions import advance_transition
-from controlplane.apps.planning.workload import replan
 from controlplane.apps.training.models import TrainingTask
 from tests.controlplane.factories import NodeFactory, TaskFactory
 

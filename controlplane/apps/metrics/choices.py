@@ -10,6 +10,13 @@ class MetricKind(models.TextChoices):
     CLUSTER_WAF = "cluster_waf", "Cluster weighted achieved FLOP/s"
     OPTIMAL_WAF = "optimal_waf", "Healthy-cluster optimum WAF (the planner's best, every node healthy)"
     GOODPUT = "goodput", "Goodput: share of task time spent in useful iterations (rolling window)"
+    VALIDATION_LOSS = "validation_loss", "Validation loss (the latest evaluation's)"
+    LEARNING_RATE = "learning_rate", "Learning rate"
+    GRAD_NORM = "grad_norm", "Gradient norm (before clipping)"
+    TRAINING_LOSS = (
+        "training_loss",
+        "Training loss (mean per token, last rank's micro-batches of the interval)",
+    )
 
 
 CLUSTER_KINDS = frozenset({MetricKind.CLUSTER_WAF, MetricKind.OPTIMAL_WAF, MetricKind.GOODPUT})

@@ -66,6 +66,10 @@ TASK_FAMILIES = {
         "unicron_task_iteration_seconds",
         "Median iteration time of the task's latest report interval.",
     ),
+    MetricKind.TRAINING_LOSS: (
+        "unicron_task_training_loss",
+        "Training loss (mean per token) of the task's latest report interval.",
+    ),
 }
 CLUSTER_FAMILIES = {
     MetricKind.CLUSTER_WAF: (

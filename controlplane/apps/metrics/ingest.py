@@ -17,18 +17,35 @@ from controlplane.core.protocol import IterationStats, WorkerReport
 @transaction.atomic
 def record_iteration_stats(node_id: int, report: WorkerReport) -> str:
     """Every rank's progress at the current epoch advances the task and its transition's resume step.
-    Rank 0's interval summary becomes the task's samples. Iteration time is the same on every rank
-    (the step ends with a collective); tokens and model FLOPs are the rank's share of the global batch
-    (the worker splits it evenly), so the task's rates are the share times the number of active ranks."""
+    Rank 0's interval summary becomes the task's rate samples, the last rank's loss, validation loss,
+    learning rate and gradient norm (each when the worker measured it) its training samples. Iteration
+    time is the same on every rank (the step ends with a collective); tokens and model FLOPs are the
+    rank's share of the global batch (the worker splits it evenly), so the task's rates are the share
+    times the number of active ranks."""
     stats = report.event
     assert isinstance(stats, IterationStats)
     record_rank_progress(report, stats)
     pk = task_pk(report.task_id)
-    if report.rank != 0 or pk is None or stats.iterations == 0 or stats.median_s <= 0:
-        return "iteration stats: not recorded (not rank 0 or empty)"
+    if pk is None or stats.iterations == 0 or stats.median_s <= 0:
+        return "iteration stats: not recorded (empty)"
     if not TrainingTask.objects.filter(pk=pk).exists():
         return f"iteration stats: unknown task {report.task_id!r}"
     ranks = Allocation.objects.filter(task_id=pk, active=True).count() or 1
+    if report.rank == ranks - 1:
+        # the last rank is on the last pipeline stage (tensor, then data, then pipeline rank order),
+        # which is where the loss is computed; its loss is that of its data-parallel share
+        measured = [
+            (MetricKind.TRAINING_LOSS, stats.loss),
+            (MetricKind.VALIDATION_LOSS, stats.validation_loss),
+            (MetricKind.LEARNING_RATE, stats.learning_rate),
+            (MetricKind.GRAD_NORM, stats.grad_norm),
+        ]
+        at, last = report.detected_at, stats.last_iteration
+        training = [Sample(kind, value, at, pk, last) for kind, value in measured if value is not None]
+        if training:
+            do_record_samples(training)
+    if report.rank != 0:
+        return "iteration stats: progress only (not rank 0)"
     per_iteration_s = stats.median_s
     at = report.detected_at
     samples = [Sample(MetricKind.ITERATION_TIME, per_iteration_s, at, pk, stats.last_iteration)]

@@ -6,7 +6,7 @@ from rest_framework.exceptions import ValidationError as ApiValidationError
 
 from controlplane.apps.common.admin import AuditedModelAdmin
 from controlplane.apps.training.api.serializers import check_task_weight
-from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.models import Allocation, Checkpoint, TrainingTask
 
 
 class TrainingTaskForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -37,7 +37,8 @@ class TrainingTaskAdmin(AuditedModelAdmin):
     list_display = ["name", "owner", "state", "weight", "min_workers", "max_workers", "epoch", "iteration"]
     list_filter = ["state"]
     search_fields = ["name"]
-    readonly_fields = ["state", "epoch", "created_at", "updated_at", "finished_at"]
+    # the recipe was validated on submit and the shape columns are its projection: not edited here
+    readonly_fields = ["state", "epoch", "recipe", "created_at", "updated_at", "finished_at"]
     inlines = [AllocationInline]
 
 
@@ -45,3 +46,20 @@ class TrainingTaskAdmin(AuditedModelAdmin):
 class AllocationAdmin(AuditedModelAdmin):
     list_display = ["task", "device", "rank", "role", "epoch", "active", "created_at"]
     list_filter = ["active", "role"]
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(AuditedModelAdmin):
+    list_display = ["task", "iteration", "size_bytes", "validation_loss", "saved_at"]
+    search_fields = ["task__name", "path"]
+    readonly_fields = [
+        "task",
+        "iteration",
+        "path",
+        "size_bytes",
+        "validation_loss",
+        "epoch",
+        "rank",
+        "saved_at",
+        "recorded_at",
+    ]

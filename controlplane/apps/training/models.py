@@ -30,6 +30,11 @@ class TrainingTask(models.Model):
     global_batch_size = models.PositiveIntegerField()
     micro_batch_size = models.PositiveIntegerField()
     activation_recomputation = models.BooleanField(default=False)
+    recipe = models.JSONField(
+        default=dict,
+        help_text="The validated training recipe (controlplane.core.recipe, docs/RECIPES.md); the model spec "
+        "fields above are its model section and batch, kept as columns for the planner's queries.",
+    )
     # scheduling
     weight = models.FloatField(default=1.0, help_text="Priority w(t) >= 0 in the weighted achieved FLOP/s.")
     min_workers = models.PositiveIntegerField(default=1)
@@ -107,3 +112,27 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"task {self.task_id} rank {self.rank} -> device {self.device_id}"
+
+
+class Checkpoint(models.Model):
+    """A persistent checkpoint an agent reported saved: the control plane's record of what a task can
+    resume from (it never reads the checkpoint directory itself; the nodes share that storage)."""
+
+    task = models.ForeignKey(TrainingTask, on_delete=models.CASCADE, related_name="checkpoints")
+    iteration = models.PositiveBigIntegerField()
+    path = models.TextField()
+    size_bytes = models.PositiveBigIntegerField()
+    validation_loss = models.FloatField(null=True, blank=True)
+    epoch = models.PositiveIntegerField(help_text="The task epoch of the report.")
+    rank = models.PositiveIntegerField(help_text="The rank that reported it.")
+    saved_at = models.DateTimeField(help_text="When the agent saw it complete.")
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-iteration"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "iteration"], name="checkpoint_task_iteration_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}@{self.iteration}"

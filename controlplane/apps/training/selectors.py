@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, QuerySet
 
-from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.models import Allocation, Checkpoint, TrainingTask
+from controlplane.core.planning import GPTSpec
+from controlplane.core.recipe import Recipe, recipe_for_spec, recipe_from_mapping
 
 
 def list_tasks() -> QuerySet[TrainingTask]:
@@ -22,3 +24,36 @@ def get_task(pk: int) -> TrainingTask:
 def list_active_allocations(task: TrainingTask | None = None) -> QuerySet[Allocation]:
     qs = Allocation.objects.filter(active=True).select_related("device", "device__node")
     return qs.filter(task=task) if task is not None else qs
+
+
+def get_task_recipe(task: TrainingTask) -> Recipe:
+    """The task's stored recipe; a task stored without one (created directly, not through submit) has
+    the synthetic-data recipe of its model spec columns."""
+    if task.recipe:
+        return recipe_from_mapping(task.recipe)
+    spec = GPTSpec(
+        num_layers=task.num_layers,
+        hidden_size=task.hidden_size,
+        num_attention_heads=task.num_attention_heads,
+        seq_length=task.seq_length,
+        vocab_size=task.vocab_size,
+        global_batch_size=task.global_batch_size,
+        micro_batch_size=task.micro_batch_size,
+    )
+    return recipe_for_spec(spec, task.total_iterations)
+
+
+def get_task_spec(task: TrainingTask) -> GPTSpec:
+    """The planning core's model of the task, from its recipe (grouped-query attention, SwiGLU, untied
+    embeddings and rotary positions change its FLOPs, parameters and memory)."""
+    return get_task_recipe(task).to_spec(task.vocab_size)
+
+
+def list_checkpoints(task: TrainingTask) -> QuerySet[Checkpoint]:
+    """The task's reported checkpoints, newest iteration first."""
+    return Checkpoint.objects.filter(task=task).order_by("-iteration")
+
+
+def latest_checkpoint_iteration(task: TrainingTask) -> int | None:
+    """The newest iteration a persistent checkpoint of ``task`` was reported saved at (None: none yet)."""
+    return list_checkpoints(task).values_list("iteration", flat=True).first()

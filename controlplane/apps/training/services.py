@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -13,10 +14,10 @@ from controlplane.apps.accounts.services import Actor, acting_user, do_record_au
 from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.cas import swap_state
 from controlplane.apps.common.errors import AllocationConflict, Conflict, InvalidInput
+from controlplane.apps.common.triggers import request_replan
 from controlplane.apps.fleet.choices import CommandType
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.fleet.services import do_enqueue_command
-from controlplane.apps.planning.triggers import request_replan
 from controlplane.apps.training.choices import (
     CANCELLABLE_TASK_STATES,
     TASK_MACHINE,
@@ -26,10 +27,13 @@ from controlplane.apps.training.choices import (
 from controlplane.apps.training.fit import TaskShape, fit_errors, summarize_kinds
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.core.planning import GPTSpec
+from controlplane.core.recipe import Recipe, recipe_for_spec
 
 
 @dataclass(frozen=True)
 class TaskSubmission:
+    """A task to submit: its recipe (or only a model shape, trained on synthetic tokens) and scheduling."""
+
     name: str
     num_layers: int
     hidden_size: int
@@ -44,6 +48,45 @@ class TaskSubmission:
     allocation_unit: int = 1
     activation_recomputation: bool = False
     total_iterations: int = 1000
+    recipe: Recipe | None = None
+    """None: :func:`recipe_for_spec` of the shape above. Given: the shape above is its model and batch
+    (build it with :meth:`from_recipe`)."""
+
+    @classmethod
+    def from_recipe(cls, name: str, recipe: Recipe, **scheduling: Any) -> TaskSubmission:
+        """A submission whose model shape, batch and length come from ``recipe``; InvalidInput when the
+        recipe leaves out ``model.vocab_size`` (the control plane sizes the model without reading the
+        tokenizer, which lives on the nodes' file system)."""
+        m = recipe.model
+        if m.vocab_size is None:
+            raise InvalidInput(
+                {"recipe.model.vocab_size": ["required on submit: the tokenizer's (padded) vocabulary size."]}
+            )
+        return cls(
+            name=name,
+            num_layers=m.num_layers,
+            hidden_size=m.hidden_size,
+            num_attention_heads=m.num_attention_heads,
+            seq_length=m.seq_length,
+            vocab_size=m.vocab_size,
+            global_batch_size=recipe.global_batch_size,
+            micro_batch_size=recipe.micro_batch_size,
+            total_iterations=recipe.iterations,
+            recipe=recipe,
+            **scheduling,
+        )
+
+    def task_recipe(self) -> Recipe:
+        """The recipe the task stores (ValueError for a shape no GPT has)."""
+        if self.recipe is not None:
+            return self.recipe
+        return recipe_for_spec(_spec(self), self.total_iterations)
+
+    def columns(self) -> dict[str, Any]:
+        """The task's columns: every field, the recipe as its JSON document."""
+        fields = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
+        fields["recipe"] = self.task_recipe().model_dump(mode="json", exclude_none=True)
+        return fields
 
 
 def task_event(task: TrainingTask) -> dict[str, Any]:
@@ -98,7 +141,7 @@ def check_submit_task(s: TaskSubmission) -> None:
     if errors:
         raise InvalidInput(errors)
     try:
-        spec = _spec(s)
+        spec = s.task_recipe().to_spec()
     except ValueError as exc:
         raise InvalidInput({"non_field_errors": [str(exc)]}) from exc
     devices = list(Device.objects.values_list("kind", "memory_bytes", "node_id"))
@@ -112,8 +155,9 @@ def check_submit_task(s: TaskSubmission) -> None:
 def do_submit_task(actor: Actor, submission: TaskSubmission) -> TrainingTask:
     check_submit_task(submission)
     owner = acting_user(actor)
-    task = TrainingTask.objects.create(owner=owner, **asdict(submission))
-    do_record_audit(actor, "submit_task", task, after=asdict(submission))
+    columns = submission.columns()
+    task = TrainingTask.objects.create(owner=owner, **columns)
+    do_record_audit(actor, "submit_task", task, after=columns)
     send_event_on_commit("task.submitted", task_event(task))
     request_replan("task_submitted")
     return task

@@ -47,10 +47,7 @@ TaskId = Annotated[int, typer.Argument(min=1, help="The task's id.", show_defaul
 def load_spec(path: str) -> dict[str, Any]:
     """A task spec from a YAML or JSON file (``-``: standard input); exit 2 if it cannot be read."""
     source = "standard input" if path == "-" else path
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise usage_problem(f"cannot read {source}: {exc.strerror}") from exc
+    text = read_text(path)
     try:
         spec = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
@@ -64,26 +61,62 @@ def load_spec(path: str) -> dict[str, Any]:
     return spec
 
 
+def read_text(path: str) -> str:
+    """A file's text (``-``: standard input); exit 2 if it cannot be read."""
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        source = "standard input" if path == "-" else path
+        raise usage_problem(f"cannot read {source}: {exc.strerror}") from exc
+
+
 @app.command("submit")
 def submit(
     ctx: typer.Context,
     file: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--file",
             "-f",
             help="The task spec: YAML or JSON (by the .json suffix), '-' for standard input. Fields are "
-            "those of POST /api/v1/tasks/: name, num_layers, hidden_size, num_attention_heads, seq_length, "
-            "vocab_size, global_batch_size, micro_batch_size; optional activation_recomputation, weight, "
-            "min_workers, max_workers, allocation_unit, total_iterations.",
+            "those of POST /api/v1/tasks/: name, and recipe or the shape fields num_layers, hidden_size, "
+            "num_attention_heads, seq_length, vocab_size, global_batch_size, micro_batch_size; optional "
+            "activation_recomputation, weight, min_workers, max_workers, allocation_unit, total_iterations.",
             show_default=False,
         ),
-    ],
+    ] = None,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            "--recipe",
+            "-r",
+            help="A training recipe (docs/RECIPES.md), YAML or JSON, '-' for standard input; the server "
+            "checks it and names every bad field. Instead of --file.",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="With --recipe: the task's name (default: the file's stem).")
+    ] = None,
+    weight: Annotated[
+        float | None, typer.Option("--weight", help="With --recipe: the priority w(t).")
+    ] = None,
+    min_workers: Annotated[int | None, typer.Option("--min-workers", min=1, help="With --recipe.")] = None,
+    max_workers: Annotated[int | None, typer.Option("--max-workers", min=1, help="With --recipe.")] = None,
     output: OutputOption = Output.TABLE,
 ) -> None:
-    """Submit a training task (operator). A spec that can never fit the cluster is refused with the
-    API's field errors (exit 1)."""
-    spec = load_spec(file)
+    """Submit a training task (operator): a recipe (--recipe) or a task spec (--file). A bad recipe or a
+    spec that can never fit the cluster is refused with the API's field errors (exit 1)."""
+    if (file is None) == (recipe is None):
+        raise usage_problem("give exactly one of --file and --recipe")
+    if recipe is not None:
+        stem = "recipe" if recipe == "-" else Path(recipe).stem
+        scheduling = {"weight": weight, "min_workers": min_workers, "max_workers": max_workers}
+        spec: dict[str, Any] = {"name": name or stem, "recipe": read_text(recipe)}
+        spec.update({k: v for k, v in scheduling.items() if v is not None})
+    else:
+        assert file is not None
+        spec = load_spec(file)
     with open_client(ctx) as client:
         task = client.submit_task(spec)
     emit(output, task, partial(task_line, "Submitted"))

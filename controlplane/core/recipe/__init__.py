@@ -1,7 +1,8 @@
 """Training recipes: one validated, versioned document describing a real training run.
 
 - ``model``: :class:`Recipe` and its sections (model, data, optimizer, schedule, checkpoint, eval),
-  :meth:`Recipe.to_spec` for the planning core's FLOPs/memory model.
+  :meth:`Recipe.to_spec` for the planning core's FLOPs/memory model, :func:`recipe_for_spec` for a
+  task given only as a model shape.
 - ``load``: :func:`load_recipe` (JSON or YAML text), :func:`check_recipe` (every problem as a
   :class:`RecipeError` naming its field path), :class:`RecipeInvalid`.
 
@@ -27,6 +28,7 @@ from controlplane.core.recipe.model import (
     ScheduleSection,
     default_ffn_hidden_size,
     parse_split,
+    recipe_for_spec,
 )
 
 __all__ = [
@@ -45,5 +47,6 @@ __all__ = [
     "default_ffn_hidden_size",
     "load_recipe",
     "parse_split",
+    "recipe_for_spec",
     "recipe_from_mapping",
 ]

@@ -40,8 +40,15 @@ class RecipeInvalid(ValueError):
 
 
 class _RecipeYamlLoader(yaml.SafeLoader):
-    """YAML 1.1 safe loading, plus YAML 1.2 floats (``1e-4`` is a number, not a string) and a refusal
-    of duplicate keys (PyYAML would silently keep the last)."""
+    """YAML 1.1 safe loading, plus YAML 1.2 floats (``1e-4`` is a number, not a string), a refusal
+    of duplicate keys (PyYAML would silently keep the last) and of aliases (``*name``: a few lines of
+    nested aliases expand to gigabytes, and a recipe has no use for them)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a recipe", mark)
+        return super().compose_node(parent, index)
 
 
 _RecipeYamlLoader.add_implicit_resolver(

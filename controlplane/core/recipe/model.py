@@ -61,6 +61,9 @@ class ModelSection(_Section):
     """None: ``4·hidden_size`` (``8/3·hidden_size`` rounded for SwiGLU, see
     :func:`default_ffn_hidden_size`)."""
     seq_length: PositiveInt
+    vocab_size: PositiveInt | None = None
+    """Vocabulary size (padded as the trainer pads it); None: the tokenizer's (``data.tokenizer``).
+    Required without a data section, where the tokens are synthetic."""
     position_embedding: Literal["learned", "rope"] = "learned"
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     activation: Literal["gelu", "swiglu"] = "gelu"
@@ -238,7 +241,8 @@ class Recipe(_Section):
 
     version: Literal[1]
     model: ModelSection
-    data: DataSection
+    data: DataSection | None = None
+    """None: synthetic tokens (the built-in arithmetic sequences), for drills and benchmarks."""
     optimizer: OptimizerSection = OptimizerSection()
     schedule: ScheduleSection
     checkpoint: CheckpointSection | None = None
@@ -268,7 +272,9 @@ class Recipe(_Section):
         iterations = self.iterations
         if self.schedule.warmup_iterations >= iterations:
             raise refuse("schedule.warmup_iterations", f"must be less than the run's {iterations} iterations")
-        if self.eval is not None and not self.data.has_validation_data:
+        if self.data is None and self.model.vocab_size is None:
+            raise refuse("model.vocab_size", "required without a data section (the tokens are synthetic)")
+        if self.eval is not None and (self.data is None or not self.data.has_validation_data):
             raise refuse(
                 "eval", "needs validation data: data.valid, or a non-zero validation share in data.split"
             )
@@ -294,12 +300,17 @@ class Recipe(_Section):
         evaluations = self.iterations // self.eval.interval + 1
         return train, evaluations * self.eval.iterations * self.global_batch_size
 
-    def to_spec(self, vocab_size: int) -> GPTSpec:
+    def to_spec(self, vocab_size: int | None = None) -> GPTSpec:
         """The planning core's view of this recipe, for FLOPs, parameters and memory.
 
-        ``vocab_size`` comes from the tokenizer (pass the padded size when the trainer pads it).
+        ``vocab_size`` comes from the tokenizer (pass the padded size when the trainer pads it);
+        None: ``model.vocab_size`` (ValueError when that is not given either).
         """
         m = self.model
+        if vocab_size is None:
+            vocab_size = m.vocab_size
+        if vocab_size is None:
+            raise ValueError("model.vocab_size: required to size the model (or pass the tokenizer's)")
         return GPTSpec(
             num_layers=m.num_layers,
             hidden_size=m.hidden_size,
@@ -314,3 +325,28 @@ class Recipe(_Section):
             untie_embeddings=m.untie_embeddings,
             learned_position_embeddings=m.position_embedding == "learned",
         )
+
+
+def recipe_for_spec(spec: GPTSpec, iterations: int) -> Recipe:
+    """The recipe of a task given only as a model shape: synthetic tokens, Adam at a constant learning
+    rate of 1e-3 (what the worker trains such a task with), ``iterations`` iterations."""
+    return Recipe(
+        version=RECIPE_VERSION,
+        model=ModelSection(
+            num_layers=spec.num_layers,
+            hidden_size=spec.hidden_size,
+            num_attention_heads=spec.num_attention_heads,
+            num_query_groups=spec.num_query_groups,
+            ffn_hidden_size=spec.ffn_hidden_size,
+            seq_length=spec.seq_length,
+            vocab_size=spec.vocab_size,
+            position_embedding="learned" if spec.learned_position_embeddings else "rope",
+            activation="swiglu" if spec.gated_mlp else "gelu",
+            untie_embeddings=spec.untie_embeddings,
+        ),
+        optimizer=OptimizerSection(name="adam", beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01),
+        schedule=ScheduleSection(lr=1e-3, min_lr=1e-3, decay_style="constant"),
+        global_batch_size=spec.global_batch_size,
+        micro_batch_size=spec.micro_batch_size,
+        train_iterations=iterations,
+    )

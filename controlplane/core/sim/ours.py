@@ -18,7 +18,7 @@ from pathlib import Path
 from controlplane.core.failures import Evidence, Severity, classify_evidence
 from controlplane.core.planning import (
     GPTSpec,
-    Plan,
+    PlannedAllocation,
     PlanningProblem,
     TaskState,
     ThroughputTable,
@@ -218,7 +218,7 @@ def severity_of(kind: FailureKind) -> Severity:
 # The policy
 # --------------------------------------------------------------------------------------------------
 
-Planner = Callable[[PlanningProblem], Plan]
+Planner = Callable[[PlanningProblem], PlannedAllocation]
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ class Unicron(Policy):
         self.checkpoint_interval_s = self.opt.checkpoint_interval_s
         self._max_nodes = list(max_nodes) if max_nodes is not None else None
         self._transition: list[TransitionModel] = []
-        self._cache: dict[PlanningProblem, Plan] = {}
+        self._cache: dict[PlanningProblem, PlannedAllocation] = {}
         self._ran: set[int] = set()
 
     def setup(self, view: SimView) -> None:
@@ -292,7 +292,7 @@ class Unicron(Policy):
             transition=self._transition[t],
         )
 
-    def _plan(self, problem: PlanningProblem) -> tuple[Plan, bool]:
+    def _plan(self, problem: PlanningProblem) -> tuple[PlannedAllocation, bool]:
         got = self._cache.get(problem)
         if got is not None:
             self.stats.lookups += 1

@@ -55,8 +55,8 @@ def test_waits_while_a_node_of_the_task_is_suspect_then_acts() -> None:
 
 def test_recovery_actions_of_transition_kinds() -> None:
     assert recovery_action_for("retry") is Action.RETRY_IN_PLACE
-    assert recovery_action_for("restart") is Action.RESTART_PROCESS
-    assert recovery_action_for("reconfigure") is Action.ISOLATE_AND_RECONFIGURE
+    assert recovery_action_for("restart") is Action.RESTART_PROCESSES
+    assert recovery_action_for("reconfigure") is Action.ISOLATE_AND_REPLAN
 
 
 def test_an_exit_after_the_ranks_own_report_is_its_consequence() -> None:

@@ -94,7 +94,9 @@ CASES: list[tuple[str, Edit, str, str]] = [
         "model.position_embedding",
         "even head size",
     ),
-    ("an unknown model field", _set("model.vocab_size", 50257), "model.vocab_size", "unknown field"),
+    ("an unknown model field", _set("model.vocab", 50257), "model.vocab", "unknown field"),
+    ("synthetic data without a vocabulary", _drop("data"), "model.vocab_size", "required without a data"),
+    ("a zero vocabulary", _set("model.vocab_size", 0), "model.vocab_size", "must be >= 1"),
     ("an unknown top-level field", _set("epochs", 3), "epochs", "unknown field"),
     ("a zero blend weight", _set("data.train.1.weight", 0), "data.train.1.weight", "must be > 0"),
     (

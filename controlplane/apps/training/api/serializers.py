@@ -7,7 +7,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.apps.common.serializers import StrictInputSerializer
-from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.models import Allocation, Checkpoint, TrainingTask
+from controlplane.apps.training.services import TaskSubmission
+from controlplane.core.recipe import Recipe, RecipeInvalid, load_recipe, recipe_from_mapping
 
 MAX_WORKERS_LIMIT = 65536
 MAX_TASK_WEIGHT = 1000.0
@@ -70,6 +72,7 @@ class TaskSerializer(serializers.ModelSerializer[TrainingTask]):
             "global_batch_size",
             "micro_batch_size",
             "activation_recomputation",
+            "recipe",
             "epoch",
             "iteration",
             "total_iterations",
@@ -89,15 +92,35 @@ class TaskSerializer(serializers.ModelSerializer[TrainingTask]):
         return AllocationSerializer(active, many=True).data  # type: ignore[return-value]
 
 
+SHAPE_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "seq_length",
+    "vocab_size",
+    "global_batch_size",
+    "micro_batch_size",
+    "total_iterations",
+)
+"""Submit fields that a recipe gives (its model section, batch and length)."""
+
+
 class TaskSubmitSerializer(StrictInputSerializer):
+    """A task as a recipe (a JSON object, or JSON/YAML text) or as a bare model shape (synthetic tokens)."""
+
     name = serializers.CharField(max_length=120)
-    num_layers = serializers.IntegerField(min_value=1, max_value=10_000)
-    hidden_size = serializers.IntegerField(min_value=1, max_value=1_000_000)
-    num_attention_heads = serializers.IntegerField(min_value=1, max_value=10_000)
-    seq_length = serializers.IntegerField(min_value=1, max_value=10_000_000)
-    vocab_size = serializers.IntegerField(min_value=1, max_value=100_000_000)
-    global_batch_size = serializers.IntegerField(min_value=1, max_value=10_000_000)
-    micro_batch_size = serializers.IntegerField(min_value=1, max_value=1_000_000)
+    recipe = serializers.JSONField(
+        required=False,
+        help_text="The training recipe (docs/RECIPES.md): a JSON object, or its JSON or YAML text. "
+        "With a recipe, leave out the shape fields (num_layers ... total_iterations).",
+    )
+    num_layers = serializers.IntegerField(min_value=1, max_value=10_000, required=False)
+    hidden_size = serializers.IntegerField(min_value=1, max_value=1_000_000, required=False)
+    num_attention_heads = serializers.IntegerField(min_value=1, max_value=10_000, required=False)
+    seq_length = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+    vocab_size = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
+    global_batch_size = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+    micro_batch_size = serializers.IntegerField(min_value=1, max_value=1_000_000, required=False)
     activation_recomputation = serializers.BooleanField(required=False, default=False)
     weight = serializers.FloatField(
         required=False, default=1.0, min_value=0.0, max_value=MAX_TASK_WEIGHT, validators=[check_task_weight]
@@ -111,7 +134,57 @@ class TaskSubmitSerializer(StrictInputSerializer):
     allocation_unit = serializers.IntegerField(
         min_value=1, max_value=MAX_WORKERS_LIMIT, required=False, default=1
     )
-    total_iterations = serializers.IntegerField(min_value=1, max_value=10**12, required=False, default=1000)
+    total_iterations = serializers.IntegerField(min_value=1, max_value=10**12, required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "recipe" in attrs:
+            given = [f for f in SHAPE_FIELDS if f in attrs]
+            if given:
+                raise serializers.ValidationError(
+                    {f: ["Given by the recipe: leave it out when submitting a recipe."] for f in given}
+                )
+            attrs["recipe"] = parse_recipe(attrs["recipe"])
+            return attrs
+        missing = [f for f in SHAPE_FIELDS if f not in attrs and f != "total_iterations"]
+        if missing:
+            raise serializers.ValidationError(
+                {f: ["This field is required (or submit a recipe)."] for f in missing}
+            )
+        return attrs
+
+    def submission(self) -> TaskSubmission:
+        """The validated submission (call after :meth:`is_valid`)."""
+        data = dict(self.validated_data)
+        recipe = data.pop("recipe", None)
+        if recipe is None:
+            return TaskSubmission(**data)
+        return TaskSubmission.from_recipe(recipe=recipe, **data)
+
+
+MAX_RECIPE_TEXT = 256 * 1024
+"""Characters of recipe text (a recipe is a page; this bounds what the YAML parser is given)."""
+
+
+def parse_recipe(document: Any) -> Recipe:
+    """A recipe from a JSON object or JSON/YAML text; a ValidationError keyed ``recipe.<field path>``."""
+    if isinstance(document, str) and len(document) > MAX_RECIPE_TEXT:
+        raise serializers.ValidationError({"recipe": [f"longer than {MAX_RECIPE_TEXT} characters."]})
+    try:
+        if isinstance(document, str):
+            return load_recipe(document)
+        return recipe_from_mapping(document)
+    except RecipeInvalid as e:
+        errors: dict[str, list[str]] = {}
+        for error in e.errors:
+            key = f"recipe.{error.field}" if error.field else "recipe"
+            errors.setdefault(key, []).append(error.message)
+        raise serializers.ValidationError(errors) from None
+
+
+class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
+    class Meta:
+        model = Checkpoint
+        fields = ["iteration", "path", "size_bytes", "validation_loss", "epoch", "rank", "saved_at"]
 
 
 class ChangeWeightSerializer(StrictInputSerializer):

@@ -11,13 +11,13 @@ from controlplane.apps.accounts.roles import Role
 from controlplane.apps.common.viewsets import RoleGatedViewSet
 from controlplane.apps.training.api.serializers import (
     ChangeWeightSerializer,
+    CheckpointSerializer,
     TaskSerializer,
     TaskSubmitSerializer,
 )
 from controlplane.apps.training.models import TrainingTask
-from controlplane.apps.training.selectors import list_tasks
+from controlplane.apps.training.selectors import list_checkpoints, list_tasks
 from controlplane.apps.training.services import (
-    TaskSubmission,
     do_cancel_task,
     do_change_weight,
     do_submit_task,
@@ -47,7 +47,7 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedVie
         """Submit a task; a spec that can never fit the cluster is refused with field errors."""
         data = TaskSubmitSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        task = do_submit_task(request.user, TaskSubmission(**data.validated_data))
+        task = do_submit_task(request.user, data.submission())
         return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=ChangeWeightSerializer, responses=TaskSerializer)
@@ -58,6 +58,13 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedVie
         data.is_valid(raise_exception=True)
         task = do_change_weight(request.user, self.get_object(), data.validated_data["weight"])
         return Response(TaskSerializer(task).data)
+
+    @extend_schema(request=None, responses=CheckpointSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def checkpoints(self, request: Request, pk: str | None = None) -> Response:
+        """The task's persistent checkpoints its agents reported saved, newest iteration first."""
+        rows = list_checkpoints(self.get_object())
+        return Response(CheckpointSerializer(rows, many=True).data)
 
     @extend_schema(request=None, responses=TaskSerializer)
     @action(detail=True, methods=["post"])

@@ -1,4 +1,5 @@
-// Nodes: state, heartbeat, devices; drain, clear quarantine and fault-injection drills (operator, confirmed).
+// Nodes: state (with why a node or device is isolated or quarantined, and its probation), heartbeat, devices;
+// drain, clear quarantine, return to service and fault-injection drills (operator, confirmed).
 import { $, api, badge, canOperate, clear, confirmAction, debounce, el, empty, errorBox, fmtAgo, toast } from "./core.js";
 import { EP } from "./endpoints.js";
 import { onLive } from "./live.js";
@@ -37,8 +38,10 @@ function render() {
       const errors = devs.reduce((s, d) => s + (d.error_count || 0), 0);
       return el("tr", { "data-testid": "node-row", "data-node": n.name },
         el("td", {}, el("strong", {}, n.name), el("div", { class: "muted" }, n.address || "")),
-        el("td", {}, badge(n.state), n.quarantined ? [" ", badge("quarantined")] : null),
-        el("td", {}, `${devs.length} × ${devs[0]?.kind || "—"}`),
+        el("td", {}, badge(n.state), n.quarantined ? [" ", badge("quarantined")] : null,
+          onProbation(n) ? [" ", el("span", { class: "badge", title: `until ${n.probation_until}` }, "probation")] : null,
+          whyOut(n)),
+        el("td", {}, `${devs.length} × ${devs[0]?.kind || "—"}`, isolatedDevices(devs, op)),
         el("td", {}, `${busy} / ${devs.length}`),
         el("td", {}, String(errors)),
         el("td", { title: n.last_heartbeat_at || "" }, n.last_heartbeat_at ? fmtAgo(n.last_heartbeat_at) : "never"),
@@ -46,8 +49,26 @@ function render() {
         el("td", {}, op ? el("div", { class: "row-actions" },
           DRAINABLE.has(n.state) ? el("button", { class: "btn btn-sm", type: "button", onclick: () => drain(n), "data-testid": "drain-node" }, "Drain") : null,
           n.quarantined ? el("button", { class: "btn btn-sm", type: "button", onclick: () => clearQuarantine(n), "data-testid": "clear-quarantine" }, "Clear quarantine") : null,
+          n.state === "isolated" && !n.quarantined ? el("button", { class: "btn btn-sm", type: "button", onclick: () => returnNode(n), "data-testid": "return-node-to-service" }, "Return to service") : null,
           faultControl(n)) : null));
     }))));
+}
+
+const onProbation = (x) => Boolean(x.probation_until) && new Date(x.probation_until) > new Date();
+
+/** Why a node is out of service: its quarantine reason, else its isolation reason. */
+function whyOut(n) {
+  const why = n.quarantined ? n.quarantine_reason : n.state === "isolated" ? n.isolation_reason : "";
+  return why ? el("div", { class: "muted", "data-testid": "node-out-reason" }, why) : null;
+}
+
+/** The node's isolated devices, each with its reason and (operator) a return-to-service button. */
+function isolatedDevices(devs, op) {
+  const out = devs.filter((d) => d.state === "isolated");
+  if (!out.length) return null;
+  return out.map((d) => el("div", { class: "muted", "data-testid": "isolated-device", "data-device": String(d.index) },
+    `device ${d.index} isolated${d.isolation_reason ? `: ${d.isolation_reason}` : ""} `,
+    op ? el("button", { class: "btn btn-sm", type: "button", onclick: () => returnDevice(d), "data-testid": "return-device-to-service" }, "Return to service") : null));
 }
 
 function faultControl(n) {
@@ -140,6 +161,9 @@ async function act(confirm, path, body, done) {
 
 const drain = (n) => act({ title: `Drain ${n.name}?`, body: "No new work is placed on it; its agent is told to drain and the planner moves its tasks.", confirmText: "Drain", danger: true }, EP.nodeDrain(n.id), undefined, `${n.name} is draining.`);
 const clearQuarantine = (n) => act({ title: `Clear quarantine on ${n.name}?`, body: "The node goes back to joining and may be used by plans again.", confirmText: "Clear quarantine" }, EP.nodeClearQuarantine(n.id), undefined, `Quarantine cleared on ${n.name}.`);
+
+const returnNode = (n) => act({ title: `Return ${n.name} to service?`, body: "The node goes back to joining on probation and a re-plan may use it again; a failure it causes on probation isolates it again.", confirmText: "Return to service" }, EP.nodeReturnToService(n.id), undefined, `${n.name} is back in service on probation.`);
+const returnDevice = (d) => act({ title: `Return device ${d.index} to service?`, body: "The device is healthy again on probation and a re-plan may use it; a failure it causes on probation isolates it again.", confirmText: "Return to service" }, EP.deviceReturnToService(d.id), undefined, `Device ${d.index} is back in service on probation.`);
 
 onLive(["node.", "device.", "task.", "live.reconnected"], debounce(refresh, 150));
 refresh();
