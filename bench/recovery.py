@@ -56,6 +56,7 @@ import itertools
 import json
 import os
 import platform
+import secrets
 import signal
 import socket
 import statistics
@@ -63,7 +64,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,27 +73,15 @@ from urllib.parse import urlparse
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agents.training.cpu_bind import ENV_CPU_BIND  # noqa: E402
+from agents.settings import ENV_CPU_BIND  # noqa: E402
 from bench.baselines.torchrun_job import EventSink, TorchrunJob  # noqa: E402
 from bench.baselines.torchrun_worker import ENV_TASK as ENV_BASELINE_TASK  # noqa: E402
+from controlplane.config.demo_scenario import DEMO_TASKS as TASKS  # noqa: E402
+from controlplane.config.demo_scenario import FAULT_CYCLE, TINY_GPT  # noqa: E402
+from controlplane.config.system import System, agent_command  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/benchdb"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/7"
-FAULT_CYCLE = ("crash", "exception", "network_error", "hang", "straggler", "node_loss")
-TASKS: tuple[dict[str, Any], ...] = (
-    {"name": "gpt-alpha", "weight": 3.0, "min_workers": 2, "max_workers": 4},
-    {"name": "gpt-beta", "weight": 2.0, "min_workers": 2, "max_workers": 4},
-    {"name": "gpt-gamma", "weight": 1.0, "min_workers": 1, "max_workers": 2},
-)
-TINY_GPT: dict[str, Any] = {
-    "num_layers": 2,
-    "hidden_size": 64,
-    "num_attention_heads": 4,
-    "seq_length": 32,
-    "vocab_size": 128,
-    "global_batch_size": 16,
-    "micro_batch_size": 2,
-}
 STRAGGLER_SLOWDOWN = 3.0  # the fault-drill endpoint's default
 GOODPUT_TARGET = 0.90
 PIN_MODES = {
@@ -114,12 +102,9 @@ def say(line: str) -> None:
 
 
 def flops_per_iteration() -> float:
-    from agents.training.worker import model_flops_per_iteration
+    from controlplane.core.planning.spec import GPTSpec
 
-    g = TINY_GPT
-    return model_flops_per_iteration(
-        g["num_layers"], g["hidden_size"], g["seq_length"], g["vocab_size"], g["global_batch_size"]
-    )
+    return GPTSpec(**TINY_GPT).flops_per_iteration()
 
 
 @dataclass
@@ -210,29 +195,40 @@ def twin(res: SystemResult) -> None:
 
 # ============================================================================================ ours
 class WholeSystem:
-    """daphne + Celery worker/beat + agents, on a fresh database (the approach of tests/e2e/loop.py)."""
+    """daphne + Celery worker (with beat) + agents on a fresh database: the whole-system harness
+    (:class:`controlplane.config.system.System`) with the bench's settings given to every child."""
 
     def __init__(self, args: argparse.Namespace, run_dir: Path) -> None:
         self.args = args
-        self.run_dir = run_dir
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.tokens: dict[str, str] = {}
-        self.port = free_port()
-        self.env = dict(
-            os.environ,
-            PYTHONPATH=str(REPO),
-            OMP_NUM_THREADS="1",
-            PYTHONWARNINGS="ignore",
-            UNICRON_CHECKPOINT_ROOT=str(run_dir / "checkpoints"),
-            UNICRON_CHECKPOINT_INTERVAL=str(args.checkpoint_every),
-            DJANGO_SETTINGS_MODULE="controlplane.config.settings",
-        )
-        self.env.update(cpu_bind_env(args.pin))
+        settings = {
+            # plain HTTP on localhost and a key of this run's own, unless given (the server refuses to
+            # start without one)
+            "UNICRON_INSECURE_HTTP": os.environ.get("UNICRON_INSECURE_HTTP", "1"),
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONWARNINGS": "ignore",
+            "UNICRON_CHECKPOINT_ROOT": str(run_dir / "checkpoints"),
+            "UNICRON_CHECKPOINT_INTERVAL": str(args.checkpoint_every),
+            **cpu_bind_env(args.pin),
+        }
+        self.system = System(run_dir, settings=settings, say=say)
+        self.system.start_stores(os.environ["DATABASE_URL"], os.environ["REDIS_URL"])
         if args.pin != "task":
-            self.env.pop(ENV_CPU_BIND, None)
+            # the bench's own environment may carry a binding; --pin none/node means none for the workers
+            self.system.settings[ENV_CPU_BIND] = "none"
+        # this process reads them too (the workload manager's checkpoint directory)
         os.environ.update(
-            {k: self.env[k] for k in ("UNICRON_CHECKPOINT_ROOT", "UNICRON_CHECKPOINT_INTERVAL")}
+            {k: settings[k] for k in ("UNICRON_CHECKPOINT_ROOT", "UNICRON_CHECKPOINT_INTERVAL")}
         )
+
+    @property
+    def port(self) -> int:
+        return self.system.port
+
+    @property
+    def procs(self) -> list[str]:
+        return list(self.system.children)
 
     @staticmethod
     def recreate_database(url: str, redis_url: str) -> None:
@@ -245,64 +241,14 @@ class WholeSystem:
 
         redis.Redis.from_url(redis_url).flushdb()
 
-    def spawn(self, name: str, cmd: list[str], cpus: set[int] | None = None) -> None:
-        log = open(self.run_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        self.procs[name] = subprocess.Popen(
-            cmd,
-            cwd=str(REPO),
-            env=self.env,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-        )
-
     def start_services(self) -> None:
-        py = sys.executable
-        self.spawn(
-            "web",
-            [
-                py,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "controlplane.config.asgi:application",
-            ],
-        )
-        self.spawn(
-            "worker",
-            [
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "controlplane.config.celery",
-                "worker",
-                "-B",
-                "--scheduler",  # (a worker's -S is its state db file, not the beat scheduler)
-                "django_celery_beat.schedulers:DatabaseScheduler",
-                "--concurrency=1",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-l",
-                "INFO",
-            ],
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("daphne did not answer /healthz within 60 s")
-            time.sleep(0.3)
+        # one worker with beat inside it (the bench's two cores): restarted with back-off if it dies
+        self.system.start_web()
+        self.system.start_worker(embedded_beat=True, concurrency=1)
+        try:
+            self.system.wait_ready(60)
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from exc
 
     def add_node(self, name: str) -> None:
         from controlplane.apps.fleet.services import do_register_node
@@ -311,41 +257,28 @@ class WholeSystem:
         self.start_agent(name)
 
     def start_agent(self, name: str) -> None:
-        run = self.run_dir / name
+        run = self.system.run_dir / name
         run.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "agents",
-            "--coordinator",
-            f"ws://127.0.0.1:{self.port}/ws/agent/",
-            "--token",
-            self.tokens[name],
-            "--devices",
-            str(self.args.devices),
-            "--worker",
-            "megatron",
-            "--node",
+        command = agent_command(
+            self.system.agent_url,
             name,
-            "--run-dir",
-            str(run),
-        ]
-        if not self.args.snapshots:
-            cmd.append("--no-snapshots")
-        self.spawn(name, cmd, node_cpus(name) if self.args.pin == "node" else None)
+            run,
+            devices=self.args.devices,
+            worker="megatron",
+            token=self.tokens[name],
+            extra=() if self.args.snapshots else ("--no-snapshots",),
+        )
+        cpus = node_cpus(name) if self.args.pin == "node" else None
+        self.system.start(name, command, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
 
     def agent_exited(self, name: str) -> bool:
-        proc = self.procs.get(name)
-        return proc is not None and proc.poll() is not None
+        return self.system.exited(name)
+
+    def supervise(self) -> None:
+        self.system.supervise()
 
     def close(self) -> None:
-        for name in [n for n in self.procs if n not in ("web", "worker")] + ["worker", "web"]:
-            proc = self.procs.get(name)
-            if proc is not None and proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(10)
+        self.system.stop()
 
 
 def cpu_bind_env(pin: str) -> dict[str, str]:
@@ -727,6 +660,7 @@ def run_ours(args: argparse.Namespace, run_dir: Path) -> tuple[SystemResult, dic
                     del repairs[n]
                     system.start_agent(n)
                     say(f"ours: {n} agent restarted (node repaired)")
+            system.supervise()
             time.sleep(0.2)
         t1 = time.time()
         end_pos = task_positions()

@@ -38,7 +38,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agents.agent import ENV_SPARE_ZYGOTE, ENV_SPARES  # noqa: E402
+from agents.settings import ENV_SPARE_ZYGOTE, ENV_SPARES  # noqa: E402
 from agents.testing import TaskDriver, TestCoordinator, spawn_agent, wait_spare  # noqa: E402
 from bench.transition import free_port, make_launch  # noqa: E402
 

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.agent import ENV_SPARES
+from agents.settings import ENV_SPARES
 from agents.testing import TaskDriver, TestCoordinator, spawn_agent, wait_spare
 from agents.testing import spares as read_spares
 from controlplane.core.protocol import (

@@ -6,10 +6,13 @@ path a worker's crash report takes through the modules.
 
 Static figures come from the source alone (``ast``): an import anywhere in a module — at the top, inside a
 function, under ``TYPE_CHECKING`` — is an edge from that module to the project module it names. A cycle is a
-strongly connected component of more than one module. ``--trace`` runs
-``tests/e2e/test_worker_exception_becomes_one_classified_failure_event.py`` under a profiler hook and prints
-the project modules that handled the report, in the order they were entered (consecutive calls within one
-module collapsed), and how many times the path came back to a module it had left.
+strongly connected component of more than one module. ``--trace`` runs ``tests/e2e/crash_path_probe.py`` (a
+worker crash reported over the real agent link, handled, its commands acknowledged and the new epoch
+reported, in one process under a profile hook) against ``DATABASE_URL``/``REDIS_URL`` or the embedded
+servers, and prints the project modules the crash passed through, in the order they were first entered,
+and how many times the path came back to a module it had left (consecutive calls within one module are one
+step), for every project module and for the orchestration modules alone (apps and live, without the pure
+core).
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -179,9 +186,42 @@ def measure() -> Figures:
     )
 
 
+def trace_crash_path() -> dict[str, object]:
+    """Run the crash-path probe in a pytest process of its own; returns what it wrote."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "crash_path.json"
+        env = dict(os.environ, UNICRON_TRACE_OUT=str(out), UNICRON_INSECURE_HTTP="1")
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/e2e/crash_path_probe.py",
+        ]
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not out.exists():
+            raise SystemExit(f"the crash-path probe failed:\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
+        result: dict[str, object] = json.loads(out.read_text())
+        return result
+
+
+def print_trace(trace: dict[str, object]) -> None:
+    for scope in ("all", "orchestration"):
+        figures = trace[scope]
+        assert isinstance(figures, dict)
+        print(
+            f"crash path ({scope}): {figures['distinct_modules']} modules, {figures['steps']} steps, "
+            f"{figures['returns']} returns to a module already left"
+        )
+        print("  " + " > ".join(str(m).removeprefix("controlplane.") for m in figures["order"]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--trace", action="store_true", help="also trace a worker crash through the modules")
     args = parser.parse_args()
     figures = measure()
     print(f"project modules: {figures.modules}, import edges: {figures.import_edges}")
@@ -198,6 +238,10 @@ def main() -> None:
     for name, lines in figures.largest_modules:
         print(f"  {lines:6d}  {name}")
     result: dict[str, object] = asdict(figures)
+    if args.trace:
+        trace = trace_crash_path()
+        print_trace(trace)
+        result["crash_path"] = {k: trace[k] for k in ("all", "orchestration", "commands", "transition")}
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -1,6 +1,8 @@
 """The whole self-healing loop with real processes: daphne (the ASGI app: agent links), a Celery worker
 with embedded beat (replan, failure handling, transitions, the watchdogs) and node agents
-(``python -m agents``, sim or Megatron workers), all on the pytest-django test database.
+(``python -m agents``, sim or Megatron workers), all on the pytest-django test database. The processes
+are those of the whole-system harness (:mod:`controlplane.config.system`: the same commands as ``make
+demo`` and the recovery bench), each started through :func:`tests.processes.spawn`.
 
 Tests drive it through the services and the outbox, as an operator or the API would, and read the rows.
 """
@@ -13,7 +15,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -31,7 +32,10 @@ from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.models import Plan, Transition
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.apps.training.services import TaskSubmission, do_submit_task
+from controlplane.config.demo_scenario import TINY_GPT as DEMO_TINY_GPT
 from controlplane.config.env import format_database_url
+from controlplane.config.system import System, agent_command, web_command
+from controlplane.config.system import free_port as free_port  # the tests that start servers import it here
 from controlplane.core.protocol import FaultSpec
 from tests.processes import spawn
 
@@ -49,20 +53,14 @@ SIM_SPEC = {
 }
 """A model whose *modelled* A100 iteration (what sim workers sleep) is ~50 ms on 4 workers."""
 
-TINY_GPT = {
-    "num_layers": 2,
-    "hidden_size": 64,
-    "num_attention_heads": 4,
-    "seq_length": 32,
-    "vocab_size": 128,
-    "global_batch_size": 8,
-    "micro_batch_size": 2,
-}
-"""The tiny GPT real Megatron workers train on CPU (notes/stack-facts.md)."""
+TINY_GPT = {**DEMO_TINY_GPT, "global_batch_size": 8}
+"""The tiny GPT of the demo and the bench (real Megatron workers train it on CPU), in smaller batches."""
 
 SCHEDULE_MIGRATIONS = (
     "controlplane.apps.fleet.migrations.0003_node_health_periodic_task",
     "controlplane.apps.planning.migrations.0003_rendezvous_port_sequence_and_transition_watchdog",
+    "controlplane.apps.incidents.migrations.0003_release_isolations_periodic_task",
+    "controlplane.apps.incidents.migrations.0005_reclaim_failure_handling_periodic_task",
 )
 
 
@@ -72,13 +70,6 @@ def seed_beat_schedule() -> None:
 
     for name in SCHEDULE_MIGRATIONS:
         importlib.import_module(name).schedule(apps, None)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -103,16 +94,7 @@ class AsgiServer:
         began = time.monotonic()
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self.process = spawn(
-                [
-                    sys.executable,
-                    "-m",
-                    "daphne",
-                    "-b",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                    "controlplane.config.asgi:application",
-                ],
+                web_command("127.0.0.1", self.port),
                 cwd=str(REPO),
                 env=self.env,
                 stdout=log,
@@ -160,33 +142,18 @@ class Loop:
     worker_kind: dict[str, str] = field(default_factory=dict)
     asgi: AsgiServer | None = None
 
+    system: System = field(init=False)
+
+    def __post_init__(self) -> None:
+        # the worker and the agents are children of the whole-system harness (never supervised here: the
+        # tests kill and restart them themselves), with this loop's environment as their settings
+        urls = {"DATABASE_URL": self.env["DATABASE_URL"], "REDIS_URL": self.env["REDIS_URL"]}
+        self.system = System(self.run_dir, spawn=spawn, settings=self.env, urls=urls)
+
     # ------------------------------------------------------------------ processes
     def start_worker(self) -> None:
-        log = open(self.run_dir / "celery.log", "ab")  # noqa: SIM115 - owned by the child
-        self.worker = spawn(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "controlplane.config.celery",
-                "worker",
-                "-B",
-                "--scheduler",
-                "django_celery_beat.schedulers:DatabaseScheduler",
-                "--concurrency=1",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-l",
-                "INFO",
-            ],
-            cwd=str(REPO),
-            env=self.env,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+        child = self.system.start_worker(self.run_dir / "celery.log", embedded_beat=True, concurrency=1)
+        self.worker = child.process
 
     def restart_worker(self, **env: str) -> None:
         """Restart the Celery worker with some settings changed (e.g. longer deadlines for Megatron)."""
@@ -196,9 +163,7 @@ class Loop:
 
     def kill_worker(self) -> None:
         """SIGKILL the Celery worker and its pool (as a crash would)."""
-        if self.worker is not None and self.worker.poll() is None:
-            os.killpg(self.worker.pid, signal.SIGKILL)
-            self.worker.wait(10)
+        self.system.kill("worker")
         self.worker = None
 
     def kill_asgi(self) -> None:
@@ -228,39 +193,24 @@ class Loop:
     def start_agent(self, name: str, devices: int = 2) -> None:
         run = self.run_dir / name
         run.mkdir(parents=True, exist_ok=True)
-        log = open(run / "agent.log", "ab")  # noqa: SIM115 - owned by the child
-        env = dict(self.env, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
         # The tests share 2 cores with the control plane and pytest: a rank that got less CPU for a few
         # seconds was 1.5x its peer for 5 iterations and flagged (twice: its node was quarantined, a CI
         # failure). The drills' stragglers are 4-6x slower; a ratio of 2 still catches them.
-        env.setdefault("UNICRON_STRAGGLER_RATIO", "2.0")
-        self.agents[name] = spawn(
-            [
-                sys.executable,
-                "-m",
-                "agents",
-                "--coordinator",
-                self.ws_url,
-                "--token",
-                self.tokens[name],
-                "--devices",
-                str(devices),
-                "--worker",
-                self.worker_kind[name],
-                "--node",
-                name,
-                "--run-dir",
-                str(run),
-                "--hang-floor",
-                "2.0",
-                "--no-snapshots",
-            ],
-            cwd=str(REPO),
-            env=env,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
+        env = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+        if "UNICRON_STRAGGLER_RATIO" not in self.env:
+            env["UNICRON_STRAGGLER_RATIO"] = "2.0"
+        command = agent_command(
+            self.ws_url,
+            name,
+            run,
+            devices=devices,
+            worker=self.worker_kind[name],
+            token=self.tokens[name],
+            extra=("--hang-floor", "2.0", "--no-snapshots"),
         )
+        child = self.system.start(name, command, env=env, log_path=run / "agent.log")
+        assert child.process is not None
+        self.agents[name] = child.process
 
     def kill_agent(self, name: str) -> None:
         proc = self.agents.pop(name, None)

@@ -17,8 +17,8 @@ import redis
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from controlplane.apps.common.triggers import REPLAN, REPLAN_REQUESTS_KEY
 from controlplane.apps.fleet.models import Node
-from controlplane.apps.planning.triggers import REPLAN
 from tests.e2e.conftest import AgentSocket, Connect, Registered, hello_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,9 +43,9 @@ def node_joined_replans() -> int:
 @pytest.fixture(autouse=True)
 def empty_queue() -> Iterator[None]:
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete(QUEUE)
+    client.delete(QUEUE, REPLAN_REQUESTS_KEY)
     yield
-    client.delete(QUEUE)
+    client.delete(QUEUE, REPLAN_REQUESTS_KEY)
 
 
 @database_sync_to_async

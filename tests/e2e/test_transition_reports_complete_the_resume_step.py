@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 
 from controlplane.apps.planning.models import Transition, TransitionStep
-from controlplane.apps.planning.workload import replan
+from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import TrainingTask
 from controlplane.apps.training.services import TaskSubmission, do_submit_task
 from tests.e2e.conftest import AgentSocket, Connect, Registered

