@@ -25,6 +25,16 @@ def pytest_configure(config: pytest.Config) -> None:
         atexit.register(stop_all)
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """This process's database connections are not kept between requests: the consumers under test run
+    their calls on executor threads whose kept connections would outlive the test database and keep it
+    from being dropped. The servers the tests start keep theirs, as deployed."""
+    from django.conf import settings
+
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     stop_all()

@@ -127,6 +127,10 @@ UNICRON_API_TOKEN_TTL_DAYS = env_int("UNICRON_API_TOKEN_TTL_DAYS", 90, minimum=1
 DATABASES = {
     "default": parse_database_url("DATABASE_URL", env_str("DATABASE_URL") or embedded_database_url())
 }
+# Connections are kept (each process thread reuses its own) and checked before reuse: opening one per
+# message capped the agent link at ~180 database calls a second.
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("UNICRON_DB_CONN_MAX_AGE_S", 60, minimum=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 REDIS_URL = check_redis_url("REDIS_URL", env_str("REDIS_URL") or embedded_redis_url())
 
 INSTALLED_APPS = [
@@ -270,6 +274,9 @@ UNICRON_MASS_SILENCE_FRACTION = env_float("UNICRON_MASS_SILENCE_FRACTION", 0.5, 
 if not 0.0 < UNICRON_MASS_SILENCE_FRACTION <= 1.0:
     raise ConfigError(f"UNICRON_MASS_SILENCE_FRACTION={UNICRON_MASS_SILENCE_FRACTION} must be in (0, 1]")
 UNICRON_MASS_SILENCE_LOST_AFTER_S = env_float("UNICRON_MASS_SILENCE_LOST_AFTER_S", 60.0, minimum=0.1)
+# The agent link's backlog (fleet/last_seen.py): an operator alert when the p99 queueing delay of its latest
+# heartbeats exceeds this many seconds (the link is saturated: add ASGI processes, see docs/DEPLOY.md).
+UNICRON_AGENT_LINK_DELAY_ALERT_S = env_float("UNICRON_AGENT_LINK_DELAY_ALERT_S", 1.0, minimum=0.01)
 UNICRON_METRICS_MAX_POINTS = env_int("UNICRON_METRICS_MAX_POINTS", 500, minimum=2)
 
 # Workload manager and failure handling (docs/ARCHITECTURE.md §7.2, §7.3-7.5, §7.6). Seconds unless named

@@ -16,8 +16,14 @@ synchronous handler that persists it through the services (run with ``database_s
   still starting: a rank placed there now would start cold) stays ``joining`` — the planner places
   nothing on it — until a heartbeat says ``warming: false``; a suspect node (same agent, link blip)
   becomes healthy at once either way.
-- ``heartbeat``: one ``UPDATE … RETURNING state``; only a node that is not healthy costs more (a
-  joining node whose agent is still warming costs nothing more).
+- ``heartbeat``: one pipelined Redis write (:mod:`controlplane.apps.fleet.last_seen`: the node's time
+  of sending, on the control plane's clock, and the link's queueing delay); PostgreSQL is not touched
+  while the node is healthy (the link caches its node's state and is told of every change,
+  ``node.state``), except one ``UPDATE … RETURNING state`` every :data:`STATE_REREAD_EVERY` heartbeats.
+  A node that is not healthy costs that UPDATE and, when the heartbeat is fresh, its return to service
+  (a joining node whose agent is still warming costs nothing more). A heartbeat that waited in a queue
+  longer than ``UNICRON_SUSPECT_AFTER_S`` brings nothing back. With Redis unreachable the heartbeat is
+  stamped in PostgreSQL instead.
 - ``worker_report``: failure evidence → classified :class:`FailureEvent` (idempotent by
   ``report_id``) with the report's epoch; evidence of the task's *current* epoch enqueues
   ``incidents.handle_failure`` after the settle window, older epochs are recorded but never acted on
@@ -41,14 +47,20 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, cast
 
+import redis
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from django.db import DataError
 
+from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.authority import (
     Refusal,
     check_snapshot_adverts,
@@ -97,6 +109,10 @@ CLOSE_SUPERSEDED = 4409
 CLOSE_INTERNAL = 1011
 """Close code: the coordinator could not persist a message; reconnect and re-send."""
 
+STATE_REREAD_EVERY = 30
+"""A healthy node's link re-reads its state from PostgreSQL every this many heartbeats (the ``node.state``
+events tell it of changes; this bounds how long a lost event can mislead it)."""
+
 _BEARER = re.compile(r"^Bearer\s+(\S+)\s*$", re.IGNORECASE)
 
 
@@ -129,6 +145,8 @@ def report_handler(report: WorkerReport) -> Callable[[int, WorkerReport], str]:
 # --------------------------------------------------------------------------------------------------
 
 _db = database_sync_to_async
+_off_db_thread = sync_to_async(last_seen.record, thread_sensitive=False)
+"""Redis writes run beside, not behind, the link's database calls (which share one thread)."""
 
 
 class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
@@ -144,6 +162,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     _snapshots: list[dict[str, Any]] | None = None
     _last_seq: int | None = None
     _granted: set[tuple[str, str]]
+    _clock: last_seen.SenderClock
+    _state: str | None = None
+    """The node's state as this link last read or was told it (``node.state`` events)."""
+    _beats: int = 0
 
     @property
     def _node_id(self) -> int:
@@ -154,6 +176,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     async def connect(self) -> None:
         self._impersonations = set()
         self._granted = set()
+        self._clock = last_seen.SenderClock()
         token = _bearer_token(self.scope)
         node = await _db(get_node_for_token)(token) if token else None
         if node is None:
@@ -255,7 +278,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         self.session = envelope.session
         self._snapshots = [s.model_dump(mode="json") for s in hello.snapshots]
+        when, _delay = self._clock.place(envelope.sent_at.timestamp(), time.time())
+        await self._record_last_seen(when, None)  # first: the watchdog must not judge it by an older one
         state, refused = await _db(apply_hello)(self._node_id, hello)
+        self._state = state
         await self._refuse(envelope, "agent_snapshot_refused", refused)
         log.info(
             "agent %s hello: %d devices, session %s, node %s",
@@ -268,20 +294,41 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def _on_heartbeat(self, envelope: AgentEnvelope) -> None:
         heartbeat = cast(Heartbeat, envelope.message)
-        state = await _db(do_record_agent_heartbeat)(self._node_id)
+        when, delay = self._clock.place(envelope.sent_at.timestamp(), time.time())
+        stored = await self._record_last_seen(when, delay)
         snapshots = [s.model_dump(mode="json") for s in heartbeat.snapshots]
         if snapshots != self._snapshots:  # written only when the list changes: the 1 Hz path stays cheap
             self._snapshots = snapshots
             allowed, refused = await _db(check_snapshot_adverts)(self._node_id, heartbeat.snapshots)
             await _db(do_record_snapshots)(self._node_id, [s.model_dump(mode="json") for s in allowed])
             await self._refuse(envelope, "agent_snapshot_refused", refused)
+        self._beats += 1
+        if stored and self._state == NodeState.HEALTHY and self._beats % STATE_REREAD_EVERY:
+            return  # the hot path: Redis only
+        if delay > float(settings.UNICRON_SUSPECT_AFTER_S):
+            return  # it waited in a queue: it says nothing about the node now
+        state = await _db(do_record_agent_heartbeat)(self._node_id, datetime.fromtimestamp(when, tz=UTC))
+        self._state = state
         if state is None:  # the node was deleted under us
             await self.close(code=CLOSE_UNAUTHORIZED)
         elif state in (NodeState.SUSPECT, NodeState.LOST) or (
             state == NodeState.JOINING and not heartbeat.warming  # joining and warming: nothing to do
         ):
             new = await _db(revive_node)(self._node_id, heartbeat.warming)
+            self._state = new
             log.info("agent %s: heartbeat while %s -> %s", self.node_name, state, new)
+
+    async def _record_last_seen(self, when: float, delay: float | None) -> bool:
+        """The node's newest sign of life into Redis; False when Redis could not take it (the caller then
+        stamps PostgreSQL)."""
+        try:
+            await _off_db_thread(self._node_id, when, delay)
+        except redis.RedisError as exc:
+            log.warning(
+                "agent %s: heartbeat not recorded in Redis (%s): stamped in PostgreSQL", self.node_name, exc
+            )
+            return False
+        return True
 
     async def _on_worker_report(self, envelope: AgentEnvelope) -> None:
         report = cast(WorkerReport, envelope.message)
@@ -351,6 +398,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         """A command was committed to this node's outbox."""
         if self.session is not None:  # before hello, hello itself sends everything pending
             await self._send_pending()
+
+    async def node_state(self, message: dict[str, Any]) -> None:
+        """The node's state changed (``fleet.outbox.NODE_STATE_EVENT``)."""
+        self._state = str(message.get("state") or "") or None
 
     async def agent_superseded(self, message: dict[str, Any]) -> None:
         if message.get("by") != self.channel_name:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.contrib.auth.models import User
@@ -59,3 +60,18 @@ def operator_client(client_for: Callable[[str], APIClient]) -> APIClient:
 @pytest.fixture
 def viewer_client(client_for: Callable[[str], APIClient]) -> APIClient:
     return client_for("viewer")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_heartbeat_times() -> Iterator[None]:
+    """Heartbeat times live in Redis (``fleet.last_seen``), which no test transaction rolls back: each test
+    starts without the entries of earlier ones (node ids are reused across test databases)."""
+    from controlplane.apps.fleet import last_seen
+
+    def clear() -> None:
+        with contextlib.suppress(Exception):
+            last_seen.liveness_redis().delete(last_seen.LAST_SEEN_KEY, last_seen.DELAY_KEY)
+
+    clear()
+    yield
+    clear()

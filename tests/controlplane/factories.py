@@ -8,6 +8,7 @@ from typing import Any
 import factory
 from django.contrib.auth.models import User
 
+from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.fleet.tokens import hash_node_token
 from controlplane.apps.incidents.choices import Detector, Severity
@@ -34,6 +35,13 @@ class NodeFactory(factory.django.DjangoModelFactory[Node]):
     address = factory.Sequence(lambda n: f"10.0.0.{n % 250}")
     state = "healthy"
     token_hash = factory.LazyAttribute(lambda o: hash_node_token(f"token-of-{o.name}"))
+
+    @factory.post_generation
+    def heard(self, create: bool, extracted: Any, **kwargs: Any) -> None:
+        """A node made with ``last_heartbeat_at`` was last heard from then: its heartbeat time is in Redis,
+        where the agent link keeps it (``fleet.last_seen``)."""
+        if create and self.last_heartbeat_at is not None:
+            last_seen.record(self.pk, self.last_heartbeat_at.timestamp())
 
     @factory.post_generation
     def devices(self, create: bool, extracted: Any, **kwargs: Any) -> None:

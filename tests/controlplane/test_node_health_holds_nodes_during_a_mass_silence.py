@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 from pytest_django.fixtures import SettingsWrapper
 
+from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.models import Node
 from controlplane.apps.fleet.tasks import MASS_SILENCE_ALERT_PREFIX, sweep_node_health
 from controlplane.apps.incidents.models import Alert, FailureEvent
@@ -110,6 +111,8 @@ def test_a_new_silence_after_the_nodes_came_back_raises_a_new_alert() -> None:
     assert len(mass_alerts()) == 1
     back = timezone.now()  # every agent heartbeats again (the agent link brings them back to healthy)
     Node.objects.filter(pk__in=[n.pk for n in nodes]).update(state="healthy", last_heartbeat_at=back)
+    for node in nodes:
+        last_seen.record(node.pk, back.timestamp())
     quiet = sweep_node_health(now=at(back, 1.0))
     assert (quiet.checked, quiet.held) == (0, [])
     assert len(mass_alerts()) == 1

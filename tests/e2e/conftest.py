@@ -205,3 +205,18 @@ def loop(loop_server: Any, transactional_db: None, tmp_path: Path) -> Iterator[A
         yield harness
     finally:
         harness.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_heartbeat_times() -> Iterator[None]:
+    """Heartbeat times live in Redis (``fleet.last_seen``), which no test transaction rolls back: each test
+    starts without the entries of earlier ones (node ids are reused across test databases)."""
+    from controlplane.apps.fleet import last_seen
+
+    def clear() -> None:
+        with contextlib.suppress(Exception):
+            last_seen.liveness_redis().delete(last_seen.LAST_SEEN_KEY, last_seen.DELAY_KEY)
+
+    clear()
+    yield
+    clear()

@@ -7,6 +7,7 @@ Re-plans are counted on the real broker: the Celery messages the triggers put on
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Iterator
@@ -18,7 +19,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from controlplane.apps.common.triggers import REPLAN, REPLAN_REQUESTS_KEY
+from controlplane.apps.fleet.choices import NodeState
 from controlplane.apps.fleet.models import Node
+from controlplane.apps.fleet.services import do_set_node_state
 from tests.e2e.conftest import AgentSocket, Connect, Registered, hello_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,7 +58,18 @@ def state(pk: int) -> str:
 
 @database_sync_to_async
 def set_state(pk: int, value: str) -> None:
-    Node.objects.filter(pk=pk).update(state=value)
+    """The watchdog's write path (which also tells the node's agent link)."""
+    do_set_node_state(Node.objects.get(pk=pk), NodeState(value), "the watchdog found it silent")
+
+
+async def heartbeats_until(agent: AgentSocket, pk: int, expected: str, warming: bool) -> None:
+    """Heartbeats once a tenth of a second (an agent sends one a second) until the node is ``expected``:
+    the link hears of the state change through the channel layer, beside the agent's frames."""
+    for _ in range(30):
+        await heartbeat(agent, warming)
+        if await state(pk) == expected:
+            return
+        await asyncio.sleep(0.1)
 
 
 async def hello(agent: AgentSocket, warming: bool) -> None:
@@ -130,7 +144,7 @@ async def test_a_suspect_node_becomes_healthy_at_once_even_while_its_agent_warms
     await set_state(pk, "suspect")  # a link blip
     before = node_joined_replans()
 
-    await heartbeat(agent, warming=True)
+    await heartbeats_until(agent, pk, "healthy", warming=True)
     assert await state(pk) == "healthy"
     assert node_joined_replans() == before + 1
 

@@ -30,6 +30,8 @@ AGENT_COMMAND_EVENT = "agent.command"
 """Channel-layer message type: "read your node's pending commands and send them"."""
 AGENT_SUPERSEDED_EVENT = "agent.superseded"
 """Channel-layer message type: a newer socket authenticated as the same node; older ones close."""
+NODE_STATE_EVENT = "node.state"
+"""Channel-layer message type: the node's state changed (``state``); its link re-reads what it caches."""
 
 _GROUP_PREFIX = "agent."
 _MAX_GROUP_NAME = 99  # channels refuses group names of 100 characters or more
@@ -78,14 +80,24 @@ def command_message(row: AgentCommand) -> Command:
     return message
 
 
-def _wake(node_name: str) -> None:
+def _tell(node_name: str, event: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(agent_group(node_name), {"type": AGENT_COMMAND_EVENT})
-    except Exception:  # best effort: the row stays pending and is sent on the next (re)connect
-        log.warning("agent link of %s not woken for a new command", node_name, exc_info=True)
+        async_to_sync(layer.group_send)(agent_group(node_name), event)
+    except Exception:  # best effort: what the event says is in PostgreSQL, read on the next (re)connect
+        log.warning("agent link of %s not told %s", node_name, event["type"], exc_info=True)
+
+
+def _wake(node_name: str) -> None:
+    _tell(node_name, {"type": AGENT_COMMAND_EVENT})
+
+
+def notify_node_state_on_commit(node_name: str, state: str) -> None:
+    """After the current transaction commits, tell ``node_name``'s agent link its node is now ``state``
+    (the link keeps heartbeats of a healthy node off PostgreSQL and must know when it is not)."""
+    transaction.on_commit(lambda: _tell(node_name, {"type": NODE_STATE_EVENT, "state": state}))
 
 
 def notify_agent_on_commit(node_name: str) -> None:

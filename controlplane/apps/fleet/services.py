@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, get_args
 
 from django.db import connection, transaction
@@ -27,7 +27,7 @@ from controlplane.apps.fleet.choices import (
     NodeState,
 )
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
-from controlplane.apps.fleet.outbox import notify_agent_on_commit
+from controlplane.apps.fleet.outbox import notify_agent_on_commit, notify_node_state_on_commit
 from controlplane.apps.fleet.tokens import hash_node_token, new_node_token
 from controlplane.apps.training.choices import TaskState
 from controlplane.apps.training.models import Allocation, TrainingTask
@@ -93,6 +93,13 @@ def do_rotate_node_token(actor: Actor, node: Node) -> str:
 # --- node state ----------------------------------------------------------------------------------
 
 
+def _announce_node_state(node: Node, reason: str) -> None:
+    """Once the state change commits: the dashboards' live event, and the node's agent link (which keeps
+    a healthy node's heartbeats off PostgreSQL, so it must hear that its node is no longer healthy)."""
+    send_event_on_commit("node.state", {**node_event(node), "reason": reason})
+    notify_node_state_on_commit(node.name, node.state)
+
+
 @transaction.atomic
 def do_set_node_state(node: Node, new: NodeState, reason: str = "") -> Node:
     """Health-monitor transitions (joining→healthy, healthy→suspect→lost …), compare-and-swap. An
@@ -101,7 +108,7 @@ def do_set_node_state(node: Node, new: NodeState, reason: str = "") -> Node:
     if new == NodeState.ISOLATED:
         Node.objects.filter(pk=node.pk).update(isolated_at=timezone.now(), isolation_reason=reason)
     node.refresh_from_db()
-    send_event_on_commit("node.state", {**node_event(node), "reason": reason})
+    _announce_node_state(node, reason)
     return node
 
 
@@ -112,14 +119,16 @@ def do_record_heartbeat(node: Node, agent_version: str | None = None) -> None:
     Node.objects.filter(pk=node.pk).update(**fields)
 
 
-def do_record_agent_heartbeat(node_id: int) -> str | None:
-    """The agent link's hot path (1 Hz per node): stamp the heartbeat in ONE statement and return the
-    node's state (``UPDATE … RETURNING``), so the caller needs no second query to notice that a
-    suspect or lost node is alive again. None when the node no longer exists."""
+def do_record_agent_heartbeat(node_id: int, when: datetime | None = None) -> str | None:
+    """A heartbeat stamped in PostgreSQL in ONE statement, returning the node's state (``UPDATE …
+    RETURNING``) so the caller needs no second query to notice that a suspect or lost node is alive again.
+    The agent link takes this path only for a node that is not healthy, once in a while for a healthy one
+    (to re-read its state), and while Redis is unreachable (:mod:`controlplane.apps.fleet.last_seen` keeps
+    the heartbeats otherwise). None when the node no longer exists."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {Node._meta.db_table} SET last_heartbeat_at = %s WHERE id = %s RETURNING state",
-            [timezone.now(), node_id],
+            [when or timezone.now(), node_id],
         )
         row = cursor.fetchone()
     return None if row is None else str(row[0])
@@ -148,7 +157,7 @@ def do_drain_node(actor: Actor, node: Node) -> Node:
     node.refresh_from_db()
     do_enqueue_command(node, CommandType.DRAIN, {})
     do_record_audit(actor, "drain_node", node, {"state": before}, {"state": node.state})
-    send_event_on_commit("node.state", {**node_event(node), "reason": "drained by operator"})
+    _announce_node_state(node, "drained by operator")
     request_replan("node_left")
     return node
 
@@ -167,7 +176,7 @@ def do_quarantine_node(actor: Actor, node: Node, reason: str) -> Node:
         Node.objects.filter(pk=node.pk).update(isolated_at=timezone.now(), isolation_reason=reason)
         node.refresh_from_db()
     do_record_audit(actor, "quarantine_node", node, after={"reason": reason, "state": node.state})
-    send_event_on_commit("node.state", {**node_event(node), "reason": reason})
+    _announce_node_state(node, reason)
     return node
 
 
@@ -194,7 +203,7 @@ def do_clear_quarantine(actor: Actor, node: Node) -> Node:
         {"quarantined": True, "state": before_state},
         {"quarantined": False, "state": node.state},
     )
-    send_event_on_commit("node.state", {**node_event(node), "reason": "quarantine cleared"})
+    _announce_node_state(node, "quarantine cleared")
     request_replan("node_joined")
     return node
 
@@ -240,7 +249,7 @@ def do_return_node_to_service(actor: Actor, node: Node, probation_s: float, reas
     node.refresh_from_db()
     after = {"state": node.state, "probation_until": until.isoformat(), "reason": reason}
     do_record_audit(actor, "return_node_to_service", node, before, after)
-    send_event_on_commit("node.state", {**node_event(node), "reason": reason})
+    _announce_node_state(node, reason)
     request_replan("node_joined")
     return node
 

@@ -23,6 +23,14 @@ Detection latency bound for a node that dies right after a heartbeat:
 its practical floor; §5.1 asks for ≤ 3 s, which needs ``UNICRON_LOST_AFTER_S`` ≈ 2 s (two missed beats)
 if the bound must hold in the worst case.
 
+Where the heartbeats are: :mod:`controlplane.apps.fleet.last_seen` (a Redis sorted set of each node's
+newest heartbeat, in the time the agent sent it). A sweep reads the nodes silent past the earlier
+deadline from it by score, so its cost grows with the silent nodes, not the fleet; it drops the ones that
+are no longer watched (lost, isolated, gone: their next heartbeat puts them back), and when the set holds
+fewer entries than there are watched nodes (Redis lost it) it gives the missing ones the sweep's time:
+they are judged from then on, never forgotten. ``Node.last_heartbeat_at`` is written when the sweep
+changes a node's state (and at hello).
+
 No run row per sweep (STYLE §5): at 1 Hz it would be 86,400 rows a day saying "nothing happened";
 every state change the sweep makes is a row already (node state, failure event, alert).
 """
@@ -30,9 +38,10 @@ every state change the sweep makes is a row already (node state, failure event, 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from celery import shared_task
 from django.conf import settings
@@ -41,6 +50,7 @@ from django.utils import timezone
 
 from controlplane.apps.common.errors import StaleState
 from controlplane.apps.common.triggers import request_failure_handling
+from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.choices import NodeState
 from controlplane.apps.fleet.models import Node
 from controlplane.apps.fleet.services import do_set_node_state
@@ -54,6 +64,12 @@ log = logging.getLogger(__name__)
 WATCHED_STATES = (NodeState.HEALTHY, NodeState.SUSPECT)
 _LOST_REPORT_NS = uuid.UUID("6c1f4f4e-8a53-4a57-9b0e-2f3d8c6b1a10")
 MASS_SILENCE_ALERT_PREFIX = "Mass silence:"
+LINK_BACKLOG_ALERT_PREFIX = "Agent link backlog:"
+LINK_BACKLOG_CHECK_EVERY_S = 10
+LINK_BACKLOG_REALERT_AFTER_S = 600.0
+RECONCILE_EVERY_S = 30
+"""Besides whenever the set holds fewer entries than there are watched nodes (Redis lost it), the sweep
+checks every watched node has an entry once every this many seconds."""
 _MASS_SILENCE_LOCK_KEY = 0x756E6D73  # "unms": one mass-silence alert at a time across concurrent sweeps
 
 
@@ -78,23 +94,28 @@ class HealthSweep:
     """Silent past ``UNICRON_LOST_AFTER_S`` but kept suspect because of a mass silence."""
 
 
-def _lost_report_id(node: Node) -> uuid.UUID:
+def _lost_report_id(node: Node, last_s: float) -> uuid.UUID:
     """Idempotency key of one loss: the node and the heartbeat it fell silent after."""
-    assert node.last_heartbeat_at is not None
-    return uuid.uuid5(_LOST_REPORT_NS, f"{node.pk}:{node.last_heartbeat_at.isoformat()}")
+    return uuid.uuid5(_LOST_REPORT_NS, f"{node.pk}:{last_s:.6f}")
+
+
+def _heard_at(node_id: int, swept_s: float) -> float:
+    """The node's newest heartbeat now (one may have arrived since the sweep read ``swept_s``)."""
+    return max(last_seen.last_seen([node_id]).get(node_id, swept_s), swept_s)
 
 
 @transaction.atomic
 def _declare_lost(
-    node_id: int, now: datetime, lost_after_s: float, silence: MassSilence | None = None
+    node_id: int, last_s: float, now: datetime, lost_after_s: float, silence: MassSilence | None = None
 ) -> bool:
     node = Node.objects.select_for_update().get(pk=node_id)
-    last_seen = node.last_heartbeat_at
-    if node.state not in WATCHED_STATES or last_seen is None:
+    if node.state not in WATCHED_STATES:
         return False  # changed since the sweep read it
-    last_s = last_seen.timestamp()
+    last_s = _heard_at(node_id, last_s)
     if not failures.heartbeat_expired(last_s, now.timestamp(), lost_after_s):
         return False  # a heartbeat arrived meanwhile
+    last_seen_at = datetime.fromtimestamp(last_s, tz=UTC)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=last_seen_at)
     silent_s = now.timestamp() - last_s
     node = do_set_node_state(node, NodeState.LOST, f"no heartbeat for {silent_s:.1f}s")
     evidence = failures.Evidence(
@@ -110,11 +131,11 @@ def _declare_lost(
             detector=Detector.NODE_HEALTH,
             kind="node_lost",
             severity=Severity(c.severity.value),
-            occurred_at=last_seen,
+            occurred_at=last_seen_at,
             action=Action.ISOLATE_AND_REPLAN,
             summary=f"{c.reason} (silent {silent_s:.1f}s > {lost_after_s:g}s{during})",
             evidence={
-                "last_heartbeat_at": last_seen.isoformat(),
+                "last_heartbeat_at": last_seen_at.isoformat(),
                 "silent_s": round(silent_s, 3),
                 "lost_after_s": lost_after_s,
                 "mass_silence": None
@@ -122,7 +143,7 @@ def _declare_lost(
                 else {"silent": silence.silent, "watched": silence.watched},
                 "classification": {"severity": str(c.severity), "rule": c.rule, "reason": c.reason},
             },
-            report_id=_lost_report_id(node),
+            report_id=_lost_report_id(node, last_s),
             node=node,
         )
     )
@@ -137,11 +158,16 @@ def _declare_lost(
     return True
 
 
-def _mark_suspect(node: Node, silent_s: float) -> bool:
+@transaction.atomic
+def _mark_suspect(node: Node, last_s: float, now_s: float, suspect_after_s: float) -> bool:
+    last_s = _heard_at(node.pk, last_s)
+    if not failures.heartbeat_expired(last_s, now_s, suspect_after_s):
+        return False  # a heartbeat arrived meanwhile
     try:
-        do_set_node_state(node, NodeState.SUSPECT, f"no heartbeat for {silent_s:.1f}s")
+        do_set_node_state(node, NodeState.SUSPECT, f"no heartbeat for {now_s - last_s:.1f}s")
     except StaleState:  # a heartbeat, a hello or another sweep changed it first
         return False
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=datetime.fromtimestamp(last_s, tz=UTC))
     return True
 
 
@@ -178,40 +204,59 @@ def _find_mass_silence(silent: int, lost_after_s: float) -> MassSilence | None:
     return MassSilence(silent, watched, max(lost_after_s, float(settings.UNICRON_MASS_SILENCE_LOST_AFTER_S)))
 
 
+def _silent_watched_nodes(now_s: float, cutoff_s: float) -> list[tuple[Node, float]]:
+    """The watched nodes whose newest heartbeat is older than ``cutoff_s``, with its time, oldest first;
+    entries of nodes no longer watched are dropped from the set on the way."""
+    watched = Node.objects.filter(state__in=WATCHED_STATES)
+    if last_seen.tracked() < watched.count() or int(now_s) % RECONCILE_EVERY_S == 0:
+        present = last_seen.last_seen(watched.values_list("pk", flat=True))
+        missing = [
+            pk for pk in watched.values_list("pk", flat=True) if pk not in present
+        ]  # judged from now on
+        if missing and last_seen.backfill(dict.fromkeys(missing, max(now_s, time.time()))):
+            log.warning(
+                "node health: %d watched nodes had no heartbeat entry; judged from now on", len(missing)
+            )
+    silent = last_seen.seen_before(cutoff_s)
+    if not silent:
+        return []
+    nodes = {n.pk: n for n in Node.objects.filter(pk__in=list(silent))}
+    last_seen.forget(pk for pk in silent if pk not in nodes or nodes[pk].state not in WATCHED_STATES)
+    found = [(nodes[pk], t) for pk, t in silent.items() if pk in nodes and nodes[pk].state in WATCHED_STATES]
+    return sorted(found, key=lambda pair: (pair[1], pair[0].name))
+
+
 def sweep_node_health(now: datetime | None = None) -> HealthSweep:
     """One pass of the watchdog; safe to run concurrently (row locks and compare-and-swap)."""
     now = now or timezone.now()
+    now_s = now.timestamp()
     suspect_after = float(settings.UNICRON_SUSPECT_AFTER_S)
     lost_after = float(settings.UNICRON_LOST_AFTER_S)
-    cutoff = now - timedelta(seconds=min(suspect_after, lost_after))
-    stale = list(Node.objects.filter(state__in=WATCHED_STATES, last_heartbeat_at__lt=cutoff).order_by("name"))
+    stale = _silent_watched_nodes(now_s, now_s - min(suspect_after, lost_after))
     silence = _find_mass_silence(len(stale), lost_after) if stale else None
     suspect: list[str] = []
     lost: list[str] = []
     held: list[str] = []
-    now_s = now.timestamp()
-    for node in stale:
-        assert node.last_heartbeat_at is not None
-        last_s = node.last_heartbeat_at.timestamp()
+    for node, last_s in stale:
         if silence is not None and failures.heartbeat_expired(last_s, now_s, silence.lost_after_s):
-            if _declare_lost(node.pk, now, silence.lost_after_s, silence):
+            if _declare_lost(node.pk, last_s, now, silence.lost_after_s, silence):
                 lost.append(node.name)
         elif failures.heartbeat_expired(last_s, now_s, lost_after):
             if silence is not None:
                 held.append(node.name)  # lost only past the longer bound; suspect meanwhile
-                if node.state == NodeState.HEALTHY and _mark_suspect(node, now_s - last_s):
+                if node.state == NodeState.HEALTHY and _mark_suspect(node, last_s, now_s, lost_after):
                     suspect.append(node.name)
-            elif _declare_lost(node.pk, now, lost_after):
+            elif _declare_lost(node.pk, last_s, now, lost_after):
                 lost.append(node.name)
         elif (
             node.state == NodeState.HEALTHY
             and failures.heartbeat_expired(last_s, now_s, suspect_after)
-            and _mark_suspect(node, now_s - last_s)
+            and _mark_suspect(node, last_s, now_s, suspect_after)
         ):
             suspect.append(node.name)
     if held:
         assert silence is not None
-        silent_since = min(n.last_heartbeat_at for n in stale if n.last_heartbeat_at is not None)
+        silent_since = datetime.fromtimestamp(min(t for _, t in stale), tz=UTC)
         if _raise_mass_silence_alert(silence, silent_since):
             log.error(
                 "node health: %s; holding %s suspect up to %gs",
@@ -224,7 +269,33 @@ def sweep_node_health(now: datetime | None = None) -> HealthSweep:
     return HealthSweep(checked=len(stale), suspect=suspect, lost=lost, held=held)
 
 
+def check_link_backlog(now: datetime | None = None) -> bool:
+    """An operator alert when the agent link's heartbeats queue longer than
+    ``UNICRON_AGENT_LINK_DELAY_ALERT_S`` (p99 of the latest ones): liveness is judged in the agents' time,
+    so a saturated link no longer hides behind fresh-looking stamps, but the operator must still hear of
+    it. One alert per :data:`LINK_BACKLOG_REALERT_AFTER_S` while it lasts."""
+    now = now or timezone.now()
+    delay = last_seen.link_delay()
+    bound = float(settings.UNICRON_AGENT_LINK_DELAY_ALERT_S)
+    if delay is None or delay.p99_s <= bound:
+        return False
+    since = now - timedelta(seconds=LINK_BACKLOG_REALERT_AFTER_S)
+    if Alert.objects.filter(message__startswith=LINK_BACKLOG_ALERT_PREFIX, created_at__gte=since).exists():
+        return False
+    do_raise_alert(
+        Severity.SEV2,
+        f"{LINK_BACKLOG_ALERT_PREFIX} heartbeats wait {delay.p99_s:.2f}s (p99 of the latest {delay.samples}; "
+        f"median {delay.p50_s:.2f}s, max {delay.max_s:.2f}s) before the control plane reads them, above the "
+        f"{bound:g}s bound. The ASGI processes holding the agents' sockets are saturated: add processes "
+        "(docs/DEPLOY.md) or find what slows them.",
+    )
+    log.error("agent link backlog: p99 %.2fs over %d heartbeats", delay.p99_s, delay.samples)
+    return True
+
+
 @shared_task(name="fleet.check_node_health", ignore_result=True)  # type: ignore[misc]
 def check_node_health() -> dict[str, object]:
     sweep = sweep_node_health()
+    if int(time.time()) % LINK_BACKLOG_CHECK_EVERY_S == 0:
+        check_link_backlog()
     return {"checked": sweep.checked, "suspect": sweep.suspect, "lost": sweep.lost, "held": sweep.held}

@@ -32,6 +32,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.choices import CommandState, DeviceState, NodeState
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.metrics import celery_latency
@@ -153,6 +154,21 @@ class ControlPlaneCollector(Collector):
             "seen closing).",
             value=count_linked_nodes(now, settings.UNICRON_SUSPECT_AFTER_S),
         )
+        delay = GaugeMetricFamily(
+            "unicron_agent_link_delay_seconds",
+            "Queueing delay of the agent link's latest heartbeats (arrival minus the agent's time of "
+            "sending, corrected for its clock offset), by quantile.",
+            labels=["quantile"],
+        )
+        try:
+            measured = last_seen.link_delay()
+        except redis.RedisError as exc:
+            log.warning("metrics: agent link delay unavailable: %s", exc)
+            measured = None
+        if measured is not None:
+            for quantile, value in (("0.5", measured.p50_s), ("0.99", measured.p99_s), ("1", measured.max_s)):
+                delay.add_metric([quantile], value)
+        yield delay
         queue = get_command_queue(now)
         yield _by_state(
             "unicron_agent_commands",

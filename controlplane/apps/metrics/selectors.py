@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import redis
 from django.db import connection
 from django.db.models import (
     Avg,
@@ -26,6 +27,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Floor, Greatest, Least
 from django.utils import timezone
 
+from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.choices import CommandState, NodeState
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.incidents.models import FailureEvent
@@ -394,12 +396,13 @@ def get_lost_work() -> LostWork:
 def count_linked_nodes(now: datetime, suspect_after_s: float) -> int:
     """Nodes whose agent link is open. The link carries a heartbeat every second and its closing makes
     a healthy node suspect at once (``live.agent_link.mark_link_closed``), so: a heartbeat younger
-    than ``suspect_after_s`` and not suspect."""
-    return (
-        Node.objects.filter(last_heartbeat_at__gt=now - timedelta(seconds=suspect_after_s))
-        .exclude(state=NodeState.SUSPECT)
-        .count()
-    )
+    than ``suspect_after_s`` (``fleet.last_seen``) and not suspect."""
+    cutoff = now.timestamp() - suspect_after_s
+    try:
+        fresh = Node.objects.filter(pk__in=last_seen.seen_since(cutoff))
+    except redis.RedisError:  # the rows' stamps, written at hello and on state changes
+        fresh = Node.objects.filter(last_heartbeat_at__gt=now - timedelta(seconds=suspect_after_s))
+    return fresh.exclude(state=NodeState.SUSPECT).count()
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.apps.common.serializers import StrictInputSerializer
+from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 from controlplane.apps.fleet.services import FAULT_KINDS
 
@@ -32,8 +36,18 @@ class DeviceSerializer(serializers.ModelSerializer[Device]):
         ]
 
 
+class NodeListSerializer(serializers.ListSerializer[Node]):
+    """Reads the listed nodes' heartbeat times from Redis in one round trip."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        nodes = list(data.all() if hasattr(data, "all") else data)
+        self.context["last_seen"] = last_seen.last_seen_or_none(n.pk for n in nodes) or {}
+        return super().to_representation(nodes)
+
+
 class NodeSerializer(serializers.ModelSerializer[Node]):
     device_count = serializers.SerializerMethodField()
+    last_heartbeat_at = serializers.SerializerMethodField()
 
     class Meta:
         model = Node
@@ -53,6 +67,16 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "created_at",
             "updated_at",
         ]
+        list_serializer_class = NodeListSerializer
+
+    @extend_schema_field(OpenApiTypes.DATETIME)
+    def get_last_heartbeat_at(self, node: Node) -> str | None:
+        """The newest heartbeat: kept in Redis (``fleet.last_seen``); the row's stamp is written when the
+        node's state changes, and read when Redis cannot be."""
+        known = self.context.get("last_seen")
+        heard = (known if known is not None else last_seen.last_seen_or_none([node.pk]) or {}).get(node.pk)
+        stamps = [t for t in (node.last_heartbeat_at, heard and datetime.fromtimestamp(heard, tz=UTC)) if t]
+        return max(stamps).isoformat().replace("+00:00", "Z") if stamps else None
 
     def get_device_count(self, node: Node) -> int:
         """Annotated by ``selectors.list_nodes`` for lists; counted for a single node from a service."""

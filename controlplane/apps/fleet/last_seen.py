@@ -1,0 +1,147 @@
+"""When each node was last heard from, kept off PostgreSQL: a Redis sorted set.
+
+A heartbeat (1 Hz per node) is the hottest message on the agent link. Writing each one into PostgreSQL
+cost a connection, a commit and a WAL flush per node per second, and capped the fleet at ~150 nodes on a
+2-core machine. Here a heartbeat is one ``ZADD`` into :data:`LAST_SEEN_KEY` (member: the node's id;
+score: the time the agent *sent* it, on the control plane's clock, see :func:`sender_time`). PostgreSQL
+is written only when a node's state changes (``Node.last_heartbeat_at`` is stamped then, and at hello).
+
+The health watchdog reads the set by score (``ZRANGEBYSCORE -inf cutoff``): a sweep costs O(silent
+nodes), not O(nodes). A node that leaves the watched states (lost, isolated, deleted) is dropped from the
+set by the sweep and comes back with its next heartbeat. The set is rebuilt from PostgreSQL when Redis
+lost it (a restart of an embedded Redis keeps nothing): :func:`backfill` gives every watched node that is
+missing its ``last_heartbeat_at``, so a node is never forgotten, only judged by its older stamp.
+
+**The sender's time.** A heartbeat that waited in a saturated link's queue says nothing about *now*:
+stamping it when the server got round to it (as before) made a 23 s backlog look like a healthy fleet and
+a dead node's loss took 34.8 s to see. Each link learns the agent's clock offset as the smallest
+``received - sent`` it has seen (:class:`SenderClock`: the offset plus the fastest delivery), so a
+frame's time is ``sent + offset`` — never later than its arrival — and ``arrival - that`` is the link's
+queueing delay, sampled into :data:`DELAY_KEY` for the metrics and the watchdog's alert.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import cast
+
+import redis
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+LAST_SEEN_KEY = "unicron:liveness:last-seen"
+"""Sorted set: node id → the time (unix seconds, control-plane clock) of its newest heartbeat."""
+DELAY_KEY = "unicron:liveness:link-delay"
+"""List of the agent link's latest queueing delays (seconds, newest first), :data:`DELAY_SAMPLES` long."""
+DELAY_SAMPLES = 4096
+
+
+@cache
+def liveness_redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
+
+
+@dataclass
+class SenderClock:
+    """One link's estimate of its agent's clock: ``offset`` = the smallest ``received - sent`` seen on the
+    link (the clock difference plus the fastest delivery), so ``sent + offset`` is when a frame would have
+    arrived with no queue in front of it."""
+
+    offset: float | None = None
+
+    def place(self, sent: float, received: float) -> tuple[float, float]:
+        """(the frame's time on the control plane's clock, the queueing delay it met)."""
+        observed = received - sent
+        if self.offset is None or observed < self.offset:
+            self.offset = observed
+        when = min(sent + self.offset, received)
+        return when, received - when
+
+
+def record(node_id: int, when: float, delay: float | None = None) -> None:
+    """A heartbeat of ``node_id`` sent at ``when``: one pipelined round trip (an older time never replaces
+    a newer one: ``ZADD GT``)."""
+    pipe = liveness_redis().pipeline(transaction=False)
+    pipe.zadd(LAST_SEEN_KEY, {str(node_id): when}, gt=True)
+    if delay is not None:
+        pipe.lpush(DELAY_KEY, f"{delay:.4f}")
+        pipe.ltrim(DELAY_KEY, 0, DELAY_SAMPLES - 1)
+    pipe.execute()
+
+
+def seen_before(cutoff: float) -> dict[int, float]:
+    """Nodes whose newest heartbeat is older than ``cutoff`` (unix seconds): id → its time."""
+    rows = cast(
+        "list[tuple[bytes, float]]",
+        liveness_redis().zrangebyscore(LAST_SEEN_KEY, "-inf", f"({cutoff}", withscores=True),
+    )
+    return {int(member): float(score) for member, score in rows}
+
+
+def last_seen(node_ids: Iterable[int]) -> dict[int, float]:
+    """The newest heartbeat of each of ``node_ids`` that has one in the set."""
+    ids = list(node_ids)
+    if not ids:
+        return {}
+    scores = liveness_redis().zmscore(LAST_SEEN_KEY, [str(i) for i in ids])
+    return {i: float(s) for i, s in zip(ids, scores, strict=True) if s is not None}
+
+
+def seen_since(cutoff: float) -> list[int]:
+    """Nodes heard from at ``cutoff`` or later."""
+    members = cast("list[bytes]", liveness_redis().zrangebyscore(LAST_SEEN_KEY, cutoff, "+inf"))
+    return [int(m) for m in members]
+
+
+def last_seen_or_none(node_ids: Iterable[int]) -> dict[int, float] | None:
+    """:func:`last_seen`, or None when Redis cannot be reached (readers fall back to
+    ``Node.last_heartbeat_at``)."""
+    try:
+        return last_seen(node_ids)
+    except redis.RedisError as exc:
+        log.warning("heartbeat times not read from Redis: %s", exc)
+        return None
+
+
+def forget(node_ids: Iterable[int]) -> None:
+    ids = [str(i) for i in node_ids]
+    if ids:
+        liveness_redis().zrem(LAST_SEEN_KEY, *ids)
+
+
+def tracked() -> int:
+    return int(liveness_redis().zcard(LAST_SEEN_KEY))
+
+
+def backfill(stamps: Mapping[int, float]) -> int:
+    """Give the nodes of ``stamps`` (id → ``last_heartbeat_at``) that have no entry one (``ZADD NX``);
+    returns how many were missing."""
+    if not stamps:
+        return 0
+    added = liveness_redis().zadd(LAST_SEEN_KEY, {str(i): t for i, t in stamps.items()}, nx=True)
+    return int(cast(int, added))
+
+
+@dataclass(frozen=True)
+class LinkDelay:
+    samples: int
+    p50_s: float
+    p99_s: float
+    max_s: float
+
+
+def link_delay() -> LinkDelay | None:
+    """The agent link's queueing delay over its latest :data:`DELAY_SAMPLES` heartbeats."""
+    raw = liveness_redis().lrange(DELAY_KEY, 0, DELAY_SAMPLES - 1)
+    values = sorted(float(v) for v in raw)
+    if not values:
+        return None
+    if len(values) == 1:
+        return LinkDelay(1, values[0], values[0], values[0])
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return LinkDelay(len(values), cuts[49], cuts[98], values[-1])
