@@ -21,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from csp.constants import NONE, SELF
+from kombu import Exchange, Queue
 
 from controlplane.config.embedded import embedded_database_url, embedded_redis_url
 from controlplane.config.env import (
@@ -260,6 +261,27 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# Two queues, so that detecting and handling a failure never waits behind metrics, simulations or alert
+# deliveries: the orchestration loop's tasks go to ORCHESTRATION_QUEUE, the rest to Celery's default queue.
+# A worker started without -Q consumes both (they are CELERY_TASK_QUEUES); docs/DEPLOY.md gives the
+# orchestration queue workers of its own at fleet size.
+ORCHESTRATION_QUEUE = "orchestration"
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {
+    name: {"queue": ORCHESTRATION_QUEUE}
+    for name in (
+        "fleet.check_node_health",
+        "incidents.handle_failure",
+        "incidents.reclaim_failure_handling",
+        "planning.replan",
+        "planning.advance_transition",
+        "planning.check_transitions",
+    )
+}
+CELERY_TASK_QUEUES = tuple(
+    Queue(name, Exchange(name, type="direct"), routing_key=name)
+    for name in (ORCHESTRATION_QUEUE, CELERY_TASK_DEFAULT_QUEUE)
+)
 
 # Control-plane tunables (docs/ARCHITECTURE.md §7.1): heartbeat period and how many missed beats make a node
 # suspect / lost.
