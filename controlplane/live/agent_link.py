@@ -39,12 +39,17 @@ synchronous handler that persists it through the services (run with ``database_s
   ``UNICRON_LOST_AFTER_S`` of the last one (``UNICRON_MASS_SILENCE_LOST_AFTER_S`` while most nodes are
   silent at once: see ``fleet/tasks.py``).
 
-Unexpected errors while persisting (e.g. the database is down) close the socket with 1011 so the agent
-reconnects and re-sends what it buffered; nothing is acknowledged that was not stored.
+Unexpected errors while persisting (e.g. the database is down) close the socket with
+:data:`CLOSE_INTERNAL` so the agent reconnects and re-sends what it buffered; nothing is acknowledged that
+was not stored. A handshake while PostgreSQL or Redis is unreachable is accepted and closed at once with
+:data:`CLOSE_STORE_UNAVAILABLE` (the agent retries with back-off), not answered with an HTTP 500. Close
+codes are application codes (4000-4999): the WebSocket server refuses to send the protocol's own 1011.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -56,7 +61,10 @@ from typing import Any, cast
 import redis
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.db import DataError
 
@@ -106,8 +114,10 @@ CLOSE_UNAUTHORIZED = 4401
 """Close code: missing, malformed or unknown node token (the agent should not retry blindly)."""
 CLOSE_SUPERSEDED = 4409
 """Close code: a newer connection authenticated as the same node."""
-CLOSE_INTERNAL = 1011
+CLOSE_INTERNAL = 4500
 """Close code: the coordinator could not persist a message; reconnect and re-send."""
+CLOSE_STORE_UNAVAILABLE = 4503
+"""Close code: PostgreSQL or Redis is unreachable right now; reconnect after a back-off."""
 
 STATE_REREAD_EVERY = 30
 """A healthy node's link re-reads its state from PostgreSQL every this many heartbeats (the ``node.state``
@@ -167,6 +177,42 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     """The node's state as this link last read or was told it (``node.state`` events)."""
     _beats: int = 0
 
+    _layer_down: bool = False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Channels' consumer loop, with the channel layer read through :meth:`_channel_receive`: a Redis
+        outage must not kill the link (its heartbeats then go to PostgreSQL, and the commands it would
+        have been woken for stay pending in the outbox until Redis is back or the agent reconnects)."""
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.base_send = send
+        sources = [receive]
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            self.channel_receive = self._channel_receive
+            sources.append(self.channel_receive)
+        with contextlib.suppress(StopConsumer):
+            await await_many_dispatch(sources, self.dispatch)
+
+    async def _channel_receive(self) -> dict[str, Any]:
+        pause = 0.5
+        while True:
+            try:
+                message: dict[str, Any] = await self.channel_layer.receive(self.channel_name)
+            except (redis.RedisError, OSError) as exc:
+                if not self._layer_down:
+                    log.warning(
+                        "agent link %s: channel layer unreachable (%s); retrying", self.node_name, exc
+                    )
+                    self._layer_down = True
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 10.0)
+                continue
+            if self._layer_down:
+                log.info("agent link %s: channel layer back", self.node_name)
+                self._layer_down = False
+            return message
+
     @property
     def _node_id(self) -> int:
         if self.node_id is None:
@@ -178,7 +224,11 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         self._granted = set()
         self._clock = last_seen.SenderClock()
         token = _bearer_token(self.scope)
-        node = await _db(get_node_for_token)(token) if token else None
+        try:
+            node = await _db(get_node_for_token)(token) if token else None
+        except Exception as exc:  # PostgreSQL down: no 500 for the handshake, a close the agent retries
+            await self._refuse_for_outage("PostgreSQL", exc)
+            return
         if node is None:
             client = self.scope.get("client")
             why = "missing or malformed Authorization header" if token is None else "unknown node token"
@@ -187,17 +237,36 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             await self._send_error(ProtocolError(code="unauthorized", detail=f"{why}; closing"))
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
-        self.node_id, self.node_name = node.pk, node.name
         group = agent_group(node.name)
-        await self.channel_layer.group_add(group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+            await self.channel_layer.group_send(
+                group, {"type": AGENT_SUPERSEDED_EVENT, "by": self.channel_name}
+            )
+        except Exception as exc:  # Redis down: commands could not wake this link
+            await self._refuse_for_outage("Redis", exc)
+            return
+        self.node_id, self.node_name = node.pk, node.name
         await self.accept()
-        await self.channel_layer.group_send(group, {"type": AGENT_SUPERSEDED_EVENT, "by": self.channel_name})
         log.info("agent link of %s open", node.name)
+
+    async def _refuse_for_outage(self, store: str, exc: Exception) -> None:
+        log.warning(
+            "agent link from %s refused: %s unavailable (%s)",
+            self.scope.get("client"),
+            store,
+            str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__,
+        )
+        await self.accept()
+        await self.close(code=CLOSE_STORE_UNAVAILABLE)
 
     async def disconnect(self, code: int) -> None:
         if self.node_id is None:
             return
-        await self.channel_layer.group_discard(agent_group(self.node_name), self.channel_name)
+        try:
+            await self.channel_layer.group_discard(agent_group(self.node_name), self.channel_name)
+        except Exception as exc:  # Redis down: the group entry expires on its own
+            log.warning("agent link of %s: group not left (%s)", self.node_name, exc)
         if self._superseded:
             return
         try:
