@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from csp.constants import NONE, SELF
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from controlplane.config.embedded import embedded_database_url, embedded_redis_url
 from controlplane.config.env import (
@@ -279,7 +279,7 @@ CELERY_TASK_ROUTES = {
     )
 }
 CELERY_TASK_QUEUES = tuple(
-    Queue(name, Exchange(name, type="direct"), routing_key=name)
+    Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
     for name in (ORCHESTRATION_QUEUE, CELERY_TASK_DEFAULT_QUEUE)
 )
 
