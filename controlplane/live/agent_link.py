@@ -383,7 +383,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         elif state in (NodeState.SUSPECT, NodeState.LOST) or (
             state == NodeState.JOINING and not heartbeat.warming  # joining and warming: nothing to do
         ):
-            new = await _db(revive_node)(self._node_id, heartbeat.warming)
+            new = await _db(revive_node)(self._node_id, heartbeat.warming, heartbeat.workers)
             self._state = new
             log.info("agent %s: heartbeat while %s -> %s", self.node_name, state, new)
 

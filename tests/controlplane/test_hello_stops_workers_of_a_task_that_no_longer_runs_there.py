@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from controlplane.apps.fleet.liveness import apply_hello
+from controlplane.apps.fleet.liveness import apply_hello, revive_node
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask
@@ -64,3 +64,15 @@ def test_workers_of_a_finished_task_are_stopped(db: None) -> None:
     with transaction.atomic():
         apply_hello(here.pk, _hello(task, task.epoch))
     assert AgentCommand.objects.filter(node=here, type="stop_workers", task=task).count() == 1
+
+
+def test_a_frozen_node_back_by_heartbeat_is_told_to_stop_the_workers_of_a_task_that_moved(db: None) -> None:
+    """A node frozen (SIGSTOP, a hung kernel) keeps its socket: it comes back by heartbeat, not by hello,
+    and its heartbeat lists the workers that froze with it."""
+    task, _, elsewhere = _placed()
+    Node.objects.filter(pk=elsewhere.pk).update(state="suspect")
+    heartbeat_workers = _hello(task, task.epoch).workers
+    with transaction.atomic():
+        assert revive_node(elsewhere.pk, warming=False, workers=heartbeat_workers) == "healthy"
+    stops = AgentCommand.objects.filter(node=elsewhere, type="stop_workers")
+    assert [(c.task_id, c.task_epoch) for c in stops] == [(task.pk, task.epoch)]

@@ -29,7 +29,7 @@ from controlplane.apps.incidents.reports import report_missing_workers
 from controlplane.apps.training.choices import TERMINAL_TASK_STATES
 from controlplane.apps.training.models import TrainingTask
 from controlplane.core.planning import DEVICE_KINDS
-from controlplane.core.protocol import DeviceInfo, Hello
+from controlplane.core.protocol import DeviceInfo, Hello, WorkerStatus
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +86,19 @@ def apply_hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal]]:
     node = _bring_back(node, "agent said hello", warming=hello.warming)
     do_requeue_unacked_commands(node)
     report_missing_workers(node, hello)
-    _stop_stray_workers(node, hello)
+    _stop_stray_workers(node, hello.workers)
     return node.state, refused
 
 
 _LIVE_WORKER_STATES = ("init", "healthy", "unhealthy")
 
 
-def _stop_stray_workers(node: Node, hello: Hello) -> None:
-    """Workers the hello lists for a task that no longer runs on this node (it moved while the node was
-    cut off, or it ended) are stopped: left alone they would train a second copy of the task and
-    write its checkpoints. A task still allocated here is left to its transitions."""
-    listed = {w.task_id for w in hello.workers if w.state in _LIVE_WORKER_STATES}
+def _stop_stray_workers(node: Node, workers: list[WorkerStatus]) -> None:
+    """Workers the agent lists (at hello, or in the heartbeat that brings a silent node back) for a task
+    that no longer runs on this node (it moved while the node was cut off or frozen, or it ended) are
+    stopped: left alone they would train a second copy of the task and write its checkpoints. A task
+    still allocated here is left to its transitions."""
+    listed = {w.task_id for w in workers if w.state in _LIVE_WORKER_STATES}
     for task_id in sorted(listed):
         pk = task_pk(task_id)
         task = TrainingTask.objects.filter(pk=pk).first() if pk is not None else None
@@ -141,13 +142,16 @@ def _bring_back(node: Node, reason: str, warming: bool = False) -> Node:
 
 
 @transaction.atomic
-def revive_node(node_id: int, warming: bool = False) -> str:
+def revive_node(node_id: int, warming: bool = False, workers: list[WorkerStatus] | None = None) -> str:
     """A heartbeat arrived from a node that is not healthy (the watchdog thought it silent, or it is
-    joining and its agent just became warm)."""
+    joining and its agent just became warm). The workers it lists for tasks that moved away meanwhile
+    are stopped, as at hello."""
     node = Node.objects.select_for_update().get(pk=node_id)
-    return _bring_back(
+    node = _bring_back(
         node, "agent warm" if node.state == NodeState.JOINING else "heartbeat resumed", warming
-    ).state
+    )
+    _stop_stray_workers(node, workers or [])
+    return node.state
 
 
 @transaction.atomic
