@@ -26,7 +26,7 @@ from tests.e2e.loop import test_database_url as database_url_for_children
 
 ROOT = Path(__file__).resolve().parents[2]
 JOINS = 50
-QUEUE = "celery"
+QUEUE = "orchestration"  # where the re-plans are routed (settings.CELERY_TASK_ROUTES)
 
 
 def quiet(client: redis.Redis) -> bool:

@@ -1,7 +1,7 @@
-"""The precomputed failure-time plans serve every Celery worker process: at 128 GPUs / 8 tasks, one worker
-(its own process, consuming the default queue) plans the tasks and precomputes the plans of the likely next
-events; a node loss is then re-planned by a second worker process (consuming a queue of its own) that built
-nothing, and its decision is still a lookup, not a fresh DP."""
+"""The precomputed failure-time plans serve every Celery worker process: at 128 GPUs / 8 tasks, one
+worker (its own process, consuming the orchestration queue) plans the tasks and precomputes the plans of
+the likely next events; a node loss is then re-planned by a second worker process (consuming a queue of its
+own) that built nothing, and its decision is still a lookup, not a fresh DP."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ OTHER_QUEUE = "replan-elsewhere"
 
 def quiet(client: redis.Redis) -> bool:
     return (
-        client.llen("celery") == 0
+        client.llen(settings.ORCHESTRATION_QUEUE) == 0
         and client.llen(OTHER_QUEUE) == 0
         and client.hlen("unacked") == 0
         and client.llen(REPLAN_REQUESTS_KEY) == 0
@@ -74,7 +74,7 @@ def workers() -> Iterator[None]:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        for name, queue in (("precomputes", "celery"), ("elsewhere", OTHER_QUEUE))
+        for name, queue in (("precomputes", settings.ORCHESTRATION_QUEUE), ("elsewhere", OTHER_QUEUE))
     ]
     try:
         yield
@@ -92,12 +92,12 @@ def workers() -> Iterator[None]:
 @pytest.mark.django_db(transaction=True)
 def test_a_node_loss_re_planned_by_a_worker_that_did_not_precompute_is_a_lookup(workers: None) -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete("celery", OTHER_QUEUE, "unacked", "unacked_index", REPLAN_REQUESTS_KEY)
+    client.delete(settings.ORCHESTRATION_QUEUE, OTHER_QUEUE, "unacked", "unacked_index", REPLAN_REQUESTS_KEY)
     nodes = [NodeFactory(devices=8) for _ in range(16)]
     for i in range(8):
         TaskFactory(weight=1.0 + i, min_workers=8, max_workers=64, num_layers=8, global_batch_size=64)
     with transaction.atomic():
-        request_replan("task_submitted")  # to the default queue: the first worker plans and precomputes
+        request_replan("task_submitted")  # to the orchestration queue: the first worker plans and precomputes
     wait_for_plans(client, 1)
     first = Plan.objects.get()
     assert not first.lookup

@@ -16,7 +16,7 @@ from controlplane.apps.common.triggers import REPLAN, REPLAN_REQUESTS_KEY
 from controlplane.apps.planning.coalescing import REPLAN_LOCK_KEY, replan_running, request_listed_replans
 from tests.e2e.loop import test_database_url as database_url_for_children
 
-QUEUE = "celery"
+QUEUE = "orchestration"  # where the re-plans are routed (settings.CELERY_TASK_ROUTES)
 
 
 def queued_replans(client: redis.Redis) -> int:

@@ -190,7 +190,8 @@ def loop(loop_server: Any, transactional_db: None, tmp_path: Path) -> Iterator[A
     from tests.e2e.loop import Loop, seed_beat_schedule, test_database_url
 
     seed_beat_schedule()
-    redis.Redis.from_url(settings.REDIS_URL).delete("celery")  # stale messages of earlier runs
+    # stale messages of earlier runs
+    redis.Redis.from_url(settings.REDIS_URL).delete("celery", "orchestration")
     env = dict(
         os.environ,
         DATABASE_URL=test_database_url(),

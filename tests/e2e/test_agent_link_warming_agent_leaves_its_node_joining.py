@@ -26,7 +26,7 @@ from tests.e2e.conftest import AgentSocket, Connect, Registered, hello_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-QUEUE = "celery"
+QUEUE = "orchestration"  # where the re-plans are routed (settings.CELERY_TASK_ROUTES)
 
 
 def node_joined_replans() -> int:
