@@ -74,3 +74,26 @@ async def test_sim_hang_is_found_by_the_monitor(coordinator: TestCoordinator, si
     assert hang.rank == 1
     assert hang.detector == "statistical_monitoring"
     assert "all_reduce (hung)" in hang.event.stack  # type: ignore[union-attr]
+
+
+async def test_only_the_first_and_last_ranks_report_every_second(
+    coordinator: TestCoordinator, sim_agent: Agent
+) -> None:
+    """Rank 0 (rates) and the last rank (loss) report every interval; the others report once when their
+    epoch starts (the resume step waits for every rank) and then every ten seconds: a node of 8 GPUs sends
+    a few messages a second, not one per rank."""
+    ack = await coordinator.command(
+        "sim-a", start_command("q", 1, launch(dp=4, model=MODEL, iterations=10**6), "q1")
+    )
+    assert ack.outcome == "done"
+
+    def per_rank() -> dict[int, int]:
+        counts = dict.fromkeys(range(4), 0)
+        for _, r in coordinator.reports("iteration_stats"):
+            if r.task_id == "q":
+                counts[r.rank] += 1
+        return counts
+
+    await coordinator.wait_for(lambda: per_rank()[0] >= 4 and per_rank()[3] >= 4, 30)
+    counts = per_rank()
+    assert counts[1] == counts[2] == 1, counts
