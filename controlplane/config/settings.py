@@ -299,6 +299,10 @@ UNICRON_MASS_SILENCE_LOST_AFTER_S = env_float("UNICRON_MASS_SILENCE_LOST_AFTER_S
 # The agent link's backlog (fleet/last_seen.py): an operator alert when the p99 queueing delay of its latest
 # heartbeats exceeds this many seconds (the link is saturated: add ASGI processes, see docs/DEPLOY.md).
 UNICRON_AGENT_LINK_DELAY_ALERT_S = env_float("UNICRON_AGENT_LINK_DELAY_ALERT_S", 1.0, minimum=0.01)
+# Metric sample retention (metrics/tasks.py): as reported for RAW_RETENTION_S, then one per minute per series,
+# dropped after RETENTION_DAYS.
+UNICRON_METRICS_RAW_RETENTION_S = env_float("UNICRON_METRICS_RAW_RETENTION_S", 6 * 3600.0, minimum=60.0)
+UNICRON_METRICS_RETENTION_DAYS = env_float("UNICRON_METRICS_RETENTION_DAYS", 30.0, minimum=0.01)
 UNICRON_METRICS_MAX_POINTS = env_int("UNICRON_METRICS_MAX_POINTS", 500, minimum=2)
 
 # Workload manager and failure handling (docs/ARCHITECTURE.md §7.2, §7.3-7.5, §7.6). Seconds unless named

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.errors import InvalidInput
@@ -97,3 +97,39 @@ def do_record_cluster_waf(sample: ClusterWafSample) -> None:
             "goodput": sample.goodput,
         },
     )
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What :func:`do_apply_retention` removed: rows thinned to one per minute, rows past retention."""
+
+    thinned: int
+    expired: int
+
+
+def do_apply_retention(now: datetime, raw_s: float, keep_s: float, window_s: float) -> Retention:
+    """Bound the samples: rows younger than ``raw_s`` stay as reported (one a second per task and kind);
+    older ones are thinned to the last of each minute per series, over the ``window_s`` before that
+    boundary (the task runs more often than that, so every row is thinned once); rows older than ``keep_s``
+    go. Each is one DELETE, in a transaction of its own."""
+    table = MetricSample._meta.db_table
+    raw_before = now - timedelta(seconds=raw_s)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            DELETE FROM {table} AS s
+             USING (
+                SELECT id, row_number() OVER (
+                    PARTITION BY task_id, kind, date_trunc('minute', at) ORDER BY at DESC, id DESC
+                ) AS n
+                  FROM {table}
+                 WHERE at >= %s AND at < %s
+             ) AS ranked
+             WHERE s.id = ranked.id AND ranked.n > 1
+            """,
+            [raw_before - timedelta(seconds=window_s), raw_before],
+        )
+        thinned = cursor.rowcount
+    with transaction.atomic():
+        expired, _ = MetricSample.objects.filter(at__lt=now - timedelta(seconds=keep_s)).delete()
+    return Retention(thinned, expired)
