@@ -16,7 +16,8 @@ from tests.e2e.loop import Loop
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-LR, MIN_LR, WARMUP, DECAY = 1e-2, 1e-3, 5, 60
+LR, MIN_LR, WARMUP, DECAY = 1e-2, 1e-3, 5, 240
+"""A decay long enough to span several one-second reports of a fast tiny model."""
 
 
 def scheduled_lr(iteration: int) -> float:
@@ -59,10 +60,11 @@ def test_a_recipes_schedule_sets_the_learning_rate_of_every_iteration(loop: Loop
         return list(MetricSample.objects.filter(task=task, kind=kind).order_by("iteration"))
 
     loop.wait(
-        "learning rates past the decay",
+        "three learning rates, one past the decay",
         lambda: MetricSample.objects.filter(
             task=task, kind=MetricKind.LEARNING_RATE, iteration__gt=DECAY
-        ).exists(),
+        ).exists()
+        and MetricSample.objects.filter(task=task, kind=MetricKind.LEARNING_RATE).count() >= 3,
         timeout=180,
     )
     rates = samples(MetricKind.LEARNING_RATE)

@@ -4,6 +4,7 @@ the link closes with is an application code the WebSocket server can send (4000-
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import pytest
@@ -26,9 +27,21 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])  # nothing listens there once the probe is closed
 
 
-async def test_a_handshake_without_redis_is_closed_with_the_unavailable_code(
-    registered: Registered, caplog: pytest.LogCaptureFixture
-) -> None:
+class _Records(logging.Handler):
+    """What the agent link logs, whatever the logging configuration earlier tests left."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage() + ("\nTraceback" if record.exc_info else ""))
+
+
+async def test_a_handshake_without_redis_is_closed_with_the_unavailable_code(registered: Registered) -> None:
+    records = _Records()
+    link_log = logging.getLogger(agent_link.__name__)
+    link_log.addHandler(records)
     dead = f"redis://127.0.0.1:{_closed_port()}/0"
     layers = {
         "default": {
@@ -49,10 +62,12 @@ async def test_a_handshake_without_redis_is_closed_with_the_unavailable_code(
             await comm.wait(timeout=5)
         finally:
             channel_layers.backends.clear()
+            link_log.removeHandler(records)
             # the refused link's token lookup left a connection on the database thread: close it there
             await database_sync_to_async(connections.close_all)()
-    assert "Redis unavailable" in caplog.text
-    assert "Traceback" not in caplog.text
+    text = "\n".join(records.lines)
+    assert "Redis unavailable" in text
+    assert "Traceback" not in text
 
 
 def test_every_close_code_is_an_application_code() -> None:
