@@ -162,6 +162,8 @@ class Worker:
         self.loss: float | None = None
         self.learning_rate: float | None = None
         self.grad_norm: float | None = None
+        self.loop_epoch: int | None = None
+        """The epoch of this rank's latest completed iteration: it reached that epoch's training loop."""
         self.stats_epoch: int | None = None
         """The epoch of this rank's latest statistics report."""
         self.stats_at = 0.0
@@ -586,6 +588,7 @@ class Supervisor:
             return
         it, dur, phase, compute = ev.it, ev.dur, ev.phase, ev.compute
         w.iter_start = None
+        w.loop_epoch = w.spec.epoch
         w.first_iteration.set()
         w.monitor.observe(dur, phase)
         if w.first_it is None:
@@ -806,7 +809,9 @@ class Supervisor:
         """Move the task's local workers to ``spec``'s epoch; returns (ranks kept in place, fresh ranks).
 
         ``survivors`` maps old ranks to new ranks. A local worker is kept in place when it is listed,
-        still alive, and its new rank runs on the same device (a process cannot change GPU);
+        still alive, reached the training loop of its epoch (a rank still in that epoch's rendezvous may
+        be blocked on a peer that is gone: it is stopped and started afresh, never kept), and its new rank
+        runs on the same device (a process cannot change GPU);
         elastic mode is required (otherwise the worker has left already after its failure). The
         kept workers get a transition order; every other local worker of the task is stopped; new
         ranks without a kept worker start fresh processes (they take their state as the order's
@@ -821,7 +826,13 @@ class Supervisor:
                 new_rank = survivors.get(old_rank)
                 if new_rank is None or new_rank in keep:
                     continue
-                if w.exit is None and w.state.is_running and devices.get(new_rank) == w.device:
+                reached_loop = w.loop_epoch == w.spec.epoch
+                if (
+                    w.exit is None
+                    and w.state.is_running
+                    and reached_loop
+                    and devices.get(new_rank) == w.device
+                ):
                     keep[new_rank] = w
         if group is not None:
             kept = {id(w) for w in keep.values()}

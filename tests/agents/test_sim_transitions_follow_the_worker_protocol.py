@@ -75,3 +75,23 @@ async def test_a_network_error_waits_for_a_retry_in_place(
     reps = await d.wait_events("transition", 2, epoch=2, timeout=30)
     assert all(r.event.in_place for r in reps)  # type: ignore[union-attr]
     assert d.events("exited") == []
+
+
+async def test_a_rank_that_has_not_reached_its_epochs_loop_is_not_kept_as_a_survivor(
+    coordinator: TestCoordinator, sim_agent: Agent
+) -> None:
+    """A rank moved to epoch 2 that has not finished an iteration there (it may sit in a rendezvous whose
+    peers are gone) is started afresh by the next reconfiguration, not kept in place."""
+    d = TaskDriver(coordinator)
+    await d.start("sim-a", 1, launch(dp=2, model=MODEL, iterations=10**6))
+    await d.wait_iteration(3)
+    same = launch(dp=2, model=MODEL, iterations=10**6)
+    ack = await d.reconfigure(
+        "sim-a", 2, same, previous_epoch=1, previous_parallel=ParallelConfig(dp=2), survivors={0: 0, 1: 1}
+    )
+    assert "in place [0, 1], fresh []" in ack.detail
+    ack = await d.reconfigure(
+        "sim-a", 3, same, previous_epoch=2, previous_parallel=ParallelConfig(dp=2), survivors={0: 0, 1: 1}
+    )
+    assert "in place [], fresh [0, 1]" in ack.detail
+    await d.wait_events("transition", 2, epoch=3, timeout=30)
