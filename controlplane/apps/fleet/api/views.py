@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.conf import settings
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
@@ -116,8 +119,24 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleGatedVie
         return Response(InjectedFaultSerializer(command).data, status=status.HTTP_202_ACCEPTED)
 
 
+class IdFilter(filters.Filter):  # type: ignore[misc]
+    """A row id: a positive integer within a 64-bit primary key's range."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", 2**63 - 1)
+        super().__init__(*args, **kwargs)
+
+
+class IdInFilter(filters.BaseInFilter, IdFilter):  # type: ignore[misc]
+    """Comma-separated row ids (``?nodes=3,5,8``)."""
+
+
 class DeviceFilter(filters.FilterSet):  # type: ignore[misc]
     node_name = filters.CharFilter(field_name="node__name")
+    nodes = IdInFilter(field_name="node", lookup_expr="in", help_text="Comma-separated node ids.")
 
     class Meta:
         model = Device
