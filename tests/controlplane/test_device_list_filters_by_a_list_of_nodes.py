@@ -30,6 +30,8 @@ def test_one_node_and_an_unknown_node(viewer_client: APIClient) -> None:
 
     assert viewer_client.get("/api/v1/devices/", {"nodes": str(node.pk)}).json()["count"] == 2
     assert viewer_client.get("/api/v1/devices/", {"nodes": str(node.pk + 1000)}).json()["count"] == 0
+    largest = viewer_client.get("/api/v1/devices/", {"nodes": str(2**63 - 1)})
+    assert (largest.status_code, largest.json()["count"]) == (200, 0)
 
 
 @pytest.mark.django_db
