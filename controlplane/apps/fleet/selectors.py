@@ -31,8 +31,9 @@ def get_node_for_token(token: str) -> Node | None:
 
 
 def list_nodes() -> QuerySet[Node]:
-    """Nodes with ``device_count`` annotated (one query for a page, not one per node)."""
-    return Node.objects.annotate(device_count=Count("devices"))
+    """Nodes with ``device_count`` annotated (one query for a page, not one per node), by name: a grouped
+    query drops the model's default order, and pages of an unordered list repeat or skip nodes."""
+    return Node.objects.annotate(device_count=Count("devices")).order_by("name")
 
 
 def list_devices() -> QuerySet[Device]:
