@@ -351,6 +351,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         await self._record_last_seen(when, None)  # first: the watchdog must not judge it by an older one
         state, refused = await _db(apply_hello)(self._node_id, hello)
         self._state = state
+        # A hello that waited behind others (a cold start of the fleet) makes a node watched whose newest
+        # recorded sign of life is that old hello, while fresher heartbeats wait behind it on this link:
+        # the node is judged from the moment it joined, as the watchdog judges a node it has no entry for.
+        await self._record_last_seen(time.time(), None)
         await self._refuse(envelope, "agent_snapshot_refused", refused)
         log.info(
             "agent %s hello: %d devices, session %s, node %s",
