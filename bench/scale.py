@@ -1,0 +1,717 @@
+"""A fleet on one control plane: N emulated node agents (8 devices each) against the control plane as
+``make demo`` runs it (daphne, a Celery worker with beat, PostgreSQL, Redis), with the production health
+deadlines (suspect 2 s, lost 3 s).
+
+One asyncio process emulates the whole fleet over the real agent protocol: one WebSocket per node, the
+node's own token, a hello with 8 devices, a heartbeat every second (each node's phase drawn at random) and
+an ack for every command. The process measures its own lag (how late each heartbeat goes out against its
+schedule) so that a slow generator is never blamed on the server.
+
+Once the fleet is healthy, ``--tasks`` training tasks (simulated workers) are submitted; the emulated
+nodes record the ``start_workers`` they receive and ack it.
+
+Per N it reports: the time until every link is open and every node healthy (cold start), false verdicts
+(suspect or lost states and ``node_lost`` events of nodes that never stopped heartbeating, cold start
+included), the heartbeat age the control plane sees (now minus each node's newest heartbeat: the Redis
+sorted set ``unicron:liveness:last-seen`` when it exists, else ``Node.last_heartbeat_at``; every node,
+every second), the agent link's queueing delay, how long after its last *sent* heartbeat a silenced node
+is declared lost, worker failure → command latency (an exception forwarded for one rank of a launched
+task until the first command naming that task reaches any emulated node), operator command → agent
+latency (a drain committed through the services until its frame reaches the node's socket), GET
+``/api/v1/summary/`` latency (an API token, every ``--summary-interval-s``), PostgreSQL sessions and
+commits a second, Redis commands a second, and the CPU and memory of each control-plane process.
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/scale_bench REDIS_URL=redis://127.0.0.1:6379/10 \\
+        .venv/bin/python bench/scale.py --nodes 256,1024 --steady-s 120
+
+The database named by ``DATABASE_URL`` is dropped and created afresh, and the Redis db flushed, for each N:
+both must be the bench's own (it stops when another client is connected to that Redis db).
+Results: ``bench/results/scale.json`` (and ``.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import secrets
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "bench" / "results"
+DEVICES = 8
+GB = 2**30
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+# ---------------------------------------------------------------------------------------- the fleet
+@dataclass
+class EmulatedNode:
+    name: str
+    token: str
+    session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    seq: int = 0
+    silenced: bool = False
+    last_sent: float = 0.0
+    connected: bool = False
+    socket: Any = None
+    commands: list[tuple[str, str, float]] = field(default_factory=list)
+    """(command type, command id, arrival time)."""
+    task_commands: list[tuple[str, str, float]] = field(default_factory=list)
+    """(command type, task id, arrival time) of commands that name a task."""
+    launches: dict[str, tuple[int, list[tuple[int, int]]]] = field(default_factory=dict)
+    """task id -> (epoch, [(rank, device)]) of the newest start_workers received."""
+
+
+@dataclass
+class Fleet:
+    url: str
+    nodes: list[EmulatedNode]
+    lag: list[float] = field(default_factory=list)
+    sent: int = 0
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def frame(self, node: EmulatedNode, message: Any) -> str:
+        from controlplane.core.protocol import AgentEnvelope, encode
+
+        node.seq += 1
+        envelope = AgentEnvelope(
+            node=node.name, session=node.session, seq=node.seq, sent_at=datetime.now(UTC), message=message
+        )
+        return encode(envelope)
+
+    async def run_node(self, node: EmulatedNode, phase: float) -> None:
+        from websockets.asyncio.client import connect
+
+        from controlplane.core.protocol import (
+            Ack,
+            DeviceInfo,
+            Heartbeat,
+            Hello,
+            StartWorkersCommand,
+            decode_coordinator_frame,
+        )
+
+        hello = Hello(
+            agent_version="scale-bench",
+            hostname=node.name,
+            worker_kind="sim",
+            devices=[
+                DeviceInfo(index=i, kind="cuda", name="NVIDIA H100 80GB HBM3", memory_bytes=80 * GB)
+                for i in range(DEVICES)
+            ],
+        )
+        while not self.stop.is_set():
+            try:
+                async with connect(
+                    self.url,
+                    additional_headers={"Authorization": f"Bearer {node.token}"},
+                    open_timeout=30,
+                    ping_interval=None,
+                    max_size=16 * 2**20,
+                ) as ws:
+                    await ws.send(self.frame(node, hello))
+                    node.connected = True
+
+                    async def receive() -> None:
+                        async for raw in ws:
+                            with contextlib.suppress(Exception):
+                                env = decode_coordinator_frame(raw)
+                                message = env.message
+                                command_id = getattr(message, "command_id", None)
+                                if command_id:
+                                    arrived = time.time()
+                                    node.commands.append((message.type, command_id, arrived))
+                                    task_id = getattr(message, "task_id", None)
+                                    if task_id:
+                                        node.task_commands.append((message.type, task_id, arrived))
+                                    if isinstance(message, StartWorkersCommand):
+                                        node.launches[message.task_id] = (
+                                            message.epoch,
+                                            [(r.rank, r.device) for r in message.launch.ranks],
+                                        )
+                                    await ws.send(
+                                        self.frame(node, Ack(command_id=command_id, outcome="done"))
+                                    )
+
+                    receiver = asyncio.ensure_future(receive())
+                    node.socket = ws
+                    try:
+                        next_at = time.monotonic() + phase
+                        while not self.stop.is_set() and not receiver.done():
+                            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                            if node.silenced:
+                                await asyncio.sleep(0.2)
+                                next_at = time.monotonic()
+                                continue
+                            self.lag.append(time.monotonic() - next_at)
+                            node.last_sent = time.time()
+                            await ws.send(self.frame(node, Heartbeat(uptime_s=1.0)))
+                            self.sent += 1
+                            next_at += 1.0
+                    finally:
+                        receiver.cancel()
+            except Exception:  # the link dropped: reconnect as an agent would
+                node.connected = False
+                await asyncio.sleep(1.0 + random.random())
+
+
+# ------------------------------------------------------------------------------------ measurements
+def pg_counters(cursor: Any, dbname: str) -> tuple[int, int]:
+    cursor.execute("SELECT sessions, xact_commit FROM pg_stat_database WHERE datname = %s", [dbname])
+    row = cursor.fetchone()
+    return int(row[0]), int(row[1])
+
+
+def redis_commands(client: Any) -> int:
+    return int(client.info("stats")["total_commands_processed"])
+
+
+@dataclass
+class Probe:
+    """What the control plane sees, once a second."""
+
+    ages: list[float] = field(default_factory=list)
+    unhealthy_seen: dict[str, str] = field(default_factory=dict)
+    healthy_min: int | None = None
+    healthy_max: int | None = None
+
+    def sample(self, n_nodes: int, silenced: set[str]) -> None:
+        from controlplane.apps.fleet.models import Node
+
+        now = time.time()
+        self.ages += [now - stamp for stamp in heartbeat_stamps()]
+        states = dict(Node.objects.values_list("name", "state"))
+        healthy = sum(1 for s in states.values() if s == "healthy")
+        self.healthy_min = healthy if self.healthy_min is None else min(self.healthy_min, healthy)
+        self.healthy_max = healthy if self.healthy_max is None else max(self.healthy_max, healthy)
+        for name, state in states.items():
+            if state in ("suspect", "lost") and name not in silenced:
+                self.unhealthy_seen.setdefault(name, state)
+
+
+LAST_SEEN_KEY = "unicron:liveness:last-seen"
+
+
+def heartbeat_stamps() -> list[float]:
+    """Every node's newest heartbeat as the control plane holds it: the Redis sorted set
+    ``unicron:liveness:last-seen`` (member: node id, score: unix time) when it exists, else
+    ``Node.last_heartbeat_at``."""
+    import redis
+
+    from controlplane.apps.fleet.models import Node
+
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    try:
+        if client.exists(LAST_SEEN_KEY):
+            pairs: list[tuple[bytes, float]] = client.zrange(LAST_SEEN_KEY, 0, -1, withscores=True)  # type: ignore[assignment]
+            return [float(score) for _member, score in pairs]
+    finally:
+        client.close()
+    stamps = Node.objects.exclude(last_heartbeat_at=None).values_list("last_heartbeat_at", flat=True)
+    return [t.timestamp() for t in stamps if t is not None]
+
+
+def get_latency(url: str, key: str) -> tuple[float, int]:
+    """One authenticated GET: (seconds, HTTP status)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Authorization": f"Token {key}"})
+    began = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+            status = int(response.status)
+    except urllib.error.HTTPError as exc:
+        status = int(exc.code)
+    except OSError:
+        status = 0
+    return time.perf_counter() - began, status
+
+
+def process_usage(pids: dict[str, int], window_s: float) -> dict[str, dict[str, float]]:
+    procs = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            group = [p, *p.children(recursive=True)]
+            for q in group:
+                q.cpu_percent(None)
+            procs[name] = group
+    time.sleep(window_s)
+    out = {}
+    for name, group in procs.items():
+        cpu = rss = 0.0
+        for q in group:
+            with contextlib.suppress(psutil.Error):
+                cpu += q.cpu_percent(None)
+                rss += q.memory_info().rss
+        out[name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(rss / 2**20, 1)}
+    return out
+
+
+def postgres_cpu(window_s: float) -> float:
+    procs = [p for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("postgres")]
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.cpu_percent(None)
+    time.sleep(window_s)
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.cpu_percent(None)
+    return round(total, 1)
+
+
+# ------------------------------------------------------------------------------------------ one N
+def recreate(database_url: str, redis_url: str) -> None:
+    u = urlparse(database_url)
+    base = ["-h", u.hostname or "127.0.0.1", "-p", str(u.port or 5432), "-U", u.username or "postgres"]
+    name = u.path.lstrip("/")
+    subprocess.run(["dropdb", "--if-exists", "--force", *base, name], check=True)
+    subprocess.run(["createdb", *base, name], check=True)
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        db = int(client.connection_pool.connection_kwargs.get("db", 0))
+        me = int(client.client_id())
+        others = [c for c in client.client_list() if int(c["db"]) == db and int(c["id"]) != me]
+        if others:
+            # the db holds another control plane's broker, channel layer and liveness set: flushing it
+            # would break that system, and its heartbeats would be counted as this fleet's
+            raise SystemExit(f"Redis db {db} has {len(others)} other clients: give the bench a db of its own")
+        client.flushdb()
+    finally:
+        client.close()
+
+
+def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    from django.core.management import call_command
+    from django.db import connections
+
+    from controlplane.config.system import System
+
+    database_url, redis_url = os.environ["DATABASE_URL"], os.environ["REDIS_URL"]
+    recreate(database_url, redis_url)
+    connections.close_all()
+    call_command("migrate", interactive=False, verbosity=0)
+    run_dir = Path(args.run_dir) / f"n{n}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "UNICRON_INSECURE_HTTP": "1",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "PYTHONWARNINGS": "ignore",
+        "OMP_NUM_THREADS": "1",
+    }
+    system = System(run_dir, settings=settings, say=say)
+    system.start_stores(database_url, redis_url)
+    result: dict[str, Any] = {"nodes": n, "devices": n * DEVICES}
+    try:
+        system.start_web()
+        system.start_worker(embedded_beat=True, concurrency=args.celery_concurrency)
+        system.wait_ready(120)
+        result.update(asyncio.run(drive(n, args, system)))
+    finally:
+        system.stop()
+        connections.close_all()
+    return result
+
+
+async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]:
+    import redis
+    from asgiref.sync import sync_to_async
+    from django.db import connection, connections
+
+    from controlplane.apps.fleet.models import Node
+    from controlplane.apps.fleet.tokens import hash_node_token, new_node_token
+    from controlplane.apps.incidents.models import FailureEvent
+
+    @sync_to_async
+    def register() -> list[EmulatedNode]:
+        nodes = [EmulatedNode(f"scale-{i:05d}", new_node_token()) for i in range(n)]
+        Node.objects.bulk_create(Node(name=e.name, token_hash=hash_node_token(e.token)) for e in nodes)
+        return nodes
+
+    @sync_to_async
+    def healthy_count() -> int:
+        return Node.objects.filter(state="healthy").count()
+
+    @sync_to_async
+    def counters() -> tuple[int, int]:
+        with connection.cursor() as cursor:
+            return pg_counters(cursor, str(connection.settings_dict["NAME"]))
+
+    # the database thread of sync_to_async keeps its connection across runs: the database was re-created
+    await sync_to_async(connections.close_all)()
+    nodes = await register()
+    fleet = Fleet(system.agent_url, nodes)
+    probe = Probe()
+    began = time.monotonic()
+    tasks = [asyncio.ensure_future(fleet.run_node(e, random.random())) for e in nodes]
+    # cold start: every link open, every node healthy, probed every second from the start
+    connect_s = join_s = None
+    deadline = began + args.join_timeout_s
+    while time.monotonic() < deadline:
+        if connect_s is None and all(e.connected for e in nodes):
+            connect_s = time.monotonic() - began
+        if await healthy_count() == n:
+            join_s = time.monotonic() - began
+            break
+        await sync_to_async(probe.sample)(n, set())
+        await asyncio.sleep(1.0)
+    say(f"N={n}: links open after {connect_s}, all healthy after {join_s}")
+    cold_false = dict(probe.unhealthy_seen)
+
+    # training tasks (simulated workers): submitted once the fleet is healthy; launched when the nodes
+    # receive their start_workers commands
+    @sync_to_async
+    def submit(count: int) -> list[str]:
+        from controlplane.apps.training.services import TaskSubmission, do_submit_task
+
+        names = []
+        for i in range(count):
+            task = do_submit_task(
+                None,
+                TaskSubmission(
+                    name=f"scale-task-{i:03d}",
+                    num_layers=2,
+                    hidden_size=256,
+                    num_attention_heads=4,
+                    seq_length=256,
+                    vocab_size=4096,
+                    global_batch_size=64,
+                    micro_batch_size=1,
+                    min_workers=1,
+                    max_workers=8,
+                    total_iterations=10**6,
+                ),
+            )
+            names.append(str(task.pk))
+        return names
+
+    task_ids: list[str] = []
+    launched: set[str] = set()
+    if args.tasks:
+        try:
+            task_ids = await submit(args.tasks)
+        except Exception as exc:  # a refused submission is a figure too
+            say(f"N={n}: task submission failed: {exc!r}")
+        wait_end = time.monotonic() + args.launch_timeout_s
+        while task_ids and time.monotonic() < wait_end:
+            launched = {t for e in nodes for t in e.launches}
+            if len(launched) >= len(task_ids):
+                break
+            await asyncio.sleep(1.0)
+        say(f"N={n}: {len(launched)} of {len(task_ids)} tasks launched on the emulated nodes")
+
+    @sync_to_async
+    def api_key() -> str:
+        from django.contrib.auth import get_user_model
+
+        from controlplane.apps.accounts.services import do_rotate_api_token
+
+        user = get_user_model().objects.create_superuser("scale-bench", "scale@example.invalid", None)
+        return do_rotate_api_token(None, user)[1]
+
+    key = await api_key()
+    summary_url = system.base_url.rstrip("/") + "/api/v1/summary/"
+    summary_s: list[float] = []
+    summary_status: dict[str, int] = {}
+
+    async def poll_summary() -> None:
+        while True:
+            seconds, status = await asyncio.to_thread(get_latency, summary_url, key)
+            summary_status[str(status)] = summary_status.get(str(status), 0) + 1
+            if status == 200:
+                summary_s.append(seconds)
+            await asyncio.sleep(args.summary_interval_s)
+
+    # steady state
+    rclient = redis.Redis.from_url(os.environ["REDIS_URL"])
+    fleet.lag.clear()
+    steady_probe = Probe()
+    pg0, t0, r0, sent0 = await counters(), time.monotonic(), redis_commands(rclient), fleet.sent
+    pids = {name: child.process.pid for name, child in system.children.items() if child.process is not None}
+    usage_task = asyncio.ensure_future(asyncio.to_thread(process_usage, pids, min(30.0, args.steady_s / 2)))
+    pg_cpu_task = asyncio.ensure_future(asyncio.to_thread(postgres_cpu, min(30.0, args.steady_s / 2)))
+    summary_task = asyncio.ensure_future(poll_summary())
+    steady_end = time.monotonic() + args.steady_s
+    while time.monotonic() < steady_end:
+        await sync_to_async(steady_probe.sample)(n, set())
+        await asyncio.sleep(1.0)
+    summary_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await summary_task
+    pg1, t1, r1, sent1 = await counters(), time.monotonic(), redis_commands(rclient), fleet.sent
+    usage, pg_cpu = await usage_task, await pg_cpu_task
+    window = t1 - t0
+
+    # failure -> command: an exception forwarded for one rank of a launched task, timed until the first
+    # command frame naming that task reaches any emulated node
+    from controlplane.core.protocol import WorkerException, WorkerReport
+
+    failure_s: list[float] = []
+    failed_tasks = 0
+    for task_id in sorted({t for e in nodes for t in e.launches})[: args.failures]:
+        holder = next(e for e in nodes if task_id in e.launches)
+        epoch, ranks = holder.launches[task_id]
+        if not ranks or holder.socket is None:
+            continue
+        rank, device = ranks[0]
+        now = datetime.now(UTC)
+        report = WorkerReport(
+            report_id=uuid.uuid4().hex,
+            task_id=task_id,
+            epoch=epoch,
+            rank=rank,
+            device=device,
+            detector="exception_propagation",
+            occurred_at=now,
+            detected_at=now,
+            event=WorkerException(
+                exc_type="RuntimeError", message="CUDA error: an illegal memory access", traceback=""
+            ),
+        )
+        sent_at = time.time()
+        with contextlib.suppress(Exception):
+            await holder.socket.send(fleet.frame(holder, report))
+        failed_tasks += 1
+        deadline_f = time.monotonic() + args.failure_timeout_s
+        while time.monotonic() < deadline_f:
+            arrivals = [t for e in nodes for _k, tid, t in e.task_commands if tid == task_id and t >= sent_at]
+            if arrivals:
+                failure_s.append(min(arrivals) - sent_at)
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+
+    # operator command -> agent: drains committed through the services, timed to the frame's arrival
+    @sync_to_async
+    def drain(name: str) -> float:
+        from controlplane.apps.fleet.services import do_drain_node
+
+        at = time.time()
+        do_drain_node(None, Node.objects.get(name=name))
+        return at
+
+    by_name = {e.name: e for e in nodes}
+    command_s: list[float] = []
+    drained = random.sample([e.name for e in nodes], min(args.commands, n - 1))
+    for name in drained:
+        at = await drain(name)
+        node = by_name[name]
+        for _ in range(200):
+            arrived = [t for kind, _id, t in node.commands if kind == "drain"]
+            if arrived:
+                command_s.append(arrived[0] - at)
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+
+    # a silenced node: its heartbeats stop, its socket stays (a frozen node)
+    victim = next(e for e in nodes if e.name not in set(drained))
+    victim.silenced = True
+    silent_from = victim.last_sent or time.time()
+    lost_after_s = None
+    for _ in range(600):
+        state = await sync_to_async(lambda: Node.objects.get(name=victim.name).state)()
+        if state == "lost":
+            lost_after_s = time.time() - silent_from
+            break
+        await asyncio.sleep(0.05)
+
+    delay = await sync_to_async(_link_delay)()
+    false_events = await sync_to_async(
+        lambda: FailureEvent.objects.filter(kind="node_lost").exclude(node__name=victim.name).count()
+    )()
+    fleet.stop.set()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await sync_to_async(connections.close_all)()
+    false_states = {**cold_false, **steady_probe.unhealthy_seen}
+    return {
+        "connect_s": None if connect_s is None else round(connect_s, 2),
+        "join_s": None if join_s is None else round(join_s, 2),
+        "false_verdicts": len(false_states) + false_events,
+        "false_verdict_nodes": sorted(false_states)[:20],
+        "false_node_lost_events": false_events,
+        "healthy_min_max_steady": [steady_probe.healthy_min, steady_probe.healthy_max],
+        "heartbeat_age_p50_s": _round(pct(steady_probe.ages, 50)),
+        "heartbeat_age_p99_s": _round(pct(steady_probe.ages, 99)),
+        "heartbeat_age_max_s": _round(max(steady_probe.ages, default=None)),
+        "link_delay_p50_s": None if delay is None else _round(delay.p50_s),
+        "link_delay_p99_s": None if delay is None else _round(delay.p99_s),
+        "silenced_node_lost_after_s": _round(lost_after_s),
+        "command_to_agent_p50_s": _round(pct(command_s, 50)),
+        "command_to_agent_p99_s": _round(pct(command_s, 99)),
+        "commands_timed": len(command_s),
+        "tasks_submitted": len(task_ids),
+        "tasks_launched": len(launched),
+        "failures_injected": failed_tasks,
+        "failures_answered": len(failure_s),
+        "failure_to_command_p50_s": _round(pct(failure_s, 50)),
+        "failure_to_command_p99_s": _round(pct(failure_s, 99)),
+        "summary_p50_s": _round(pct(summary_s, 50)),
+        "summary_p99_s": _round(pct(summary_s, 99)),
+        "summary_status": summary_status,
+        "heartbeats_sent_per_s": round((sent1 - sent0) / window, 1),
+        "generator_lag_p50_s": _round(pct(fleet.lag, 50)),
+        "generator_lag_p99_s": _round(pct(fleet.lag, 99)),
+        "pg_sessions_per_s": round((pg1[0] - pg0[0]) / window, 2),
+        "pg_commits_per_s": round((pg1[1] - pg0[1]) / window, 1),
+        "redis_commands_per_s": round((r1 - r0) / window, 1),
+        "process_usage": usage,
+        "postgres_cpu_percent": pg_cpu,
+        "steady_s": round(window, 1),
+    }
+
+
+def _link_delay() -> Any:
+    from controlplane.apps.fleet import last_seen
+
+    return last_seen.link_delay()
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+# ------------------------------------------------------------------------------------------- main
+def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[str, Any]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "bench": "scale",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "load": load,
+        "settings": {
+            "steady_s": args.steady_s,
+            "devices_per_node": DEVICES,
+            "suspect_after_s": 2.0,
+            "lost_after_s": 3.0,
+        },
+        "results": results,
+    }
+    out = Path(args.out)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    rows: list[tuple[str, str | tuple[str, str]]] = [
+        ("nodes", "nodes"),
+        ("links open after (s)", "connect_s"),
+        ("all healthy after (s)", "join_s"),
+        ("false verdicts (cold start + steady)", "false_verdicts"),
+        ("heartbeat age p50 / p99 (s)", ("heartbeat_age_p50_s", "heartbeat_age_p99_s")),
+        ("agent link delay p50 / p99 (s)", ("link_delay_p50_s", "link_delay_p99_s")),
+        ("silenced node lost after its last sent heartbeat (s)", "silenced_node_lost_after_s"),
+        (
+            "worker failure -> first command p50 / p99 (s)",
+            ("failure_to_command_p50_s", "failure_to_command_p99_s"),
+        ),
+        ("GET /api/v1/summary/ p50 / p99 (s)", ("summary_p50_s", "summary_p99_s")),
+        ("operator command -> agent p50 / p99 (s)", ("command_to_agent_p50_s", "command_to_agent_p99_s")),
+        ("heartbeats sent /s", "heartbeats_sent_per_s"),
+        ("generator lag p50 / p99 (s)", ("generator_lag_p50_s", "generator_lag_p99_s")),
+        ("PostgreSQL sessions /s", "pg_sessions_per_s"),
+        ("PostgreSQL commits /s", "pg_commits_per_s"),
+        ("Redis commands /s", "redis_commands_per_s"),
+        ("PostgreSQL CPU % of a core", "postgres_cpu_percent"),
+    ]
+    lines = [
+        "# Fleet scale (`bench/scale.py`)",
+        "",
+        "Emulated node agents (8 devices each, 1 Hz heartbeats) against the control plane as `make demo` "
+        f"runs it (one daphne, one Celery worker with beat), {args.steady_s:g} s of steady state per N, on "
+        f"{os.cpu_count()} cores; load average at start {load['start']}, at end {load.get('end')}.",
+        "",
+        "| | " + " | ".join(str(r["nodes"]) for r in results) + " |",
+        "|---|" + "---|" * len(results),
+    ]
+    for label, key in rows[1:]:
+        cells = []
+        for r in results:
+            if isinstance(key, tuple):
+                cells.append(" / ".join(str(r.get(k)) for k in key))
+            else:
+                cells.append(str(r.get(key)))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "CPU % of a core and RSS of each control-plane process (steady state):", ""]
+    for r in results:
+        usage = ", ".join(
+            f"{k} {v['cpu_percent']} % / {v['rss_mb']} MB" for k, v in r["process_usage"].items()
+        )
+        lines.append(f"- {r['nodes']} nodes: {usage}")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", default="256,1024,2048", help="comma-separated fleet sizes")
+    parser.add_argument("--steady-s", type=float, default=300.0, help="steady-state window per N")
+    parser.add_argument("--join-timeout-s", type=float, default=600.0)
+    parser.add_argument("--commands", type=int, default=20, help="operator commands timed per N")
+    parser.add_argument("--tasks", type=int, default=64, help="training tasks submitted (simulated workers)")
+    parser.add_argument("--failures", type=int, default=20, help="worker exceptions injected per N")
+    parser.add_argument("--failure-timeout-s", type=float, default=30.0)
+    parser.add_argument("--launch-timeout-s", type=float, default=120.0)
+    parser.add_argument("--summary-interval-s", type=float, default=2.0)
+    parser.add_argument("--celery-concurrency", type=int, default=2)
+    parser.add_argument("--run-dir", default=str(ROOT / ".run" / "scale"))
+    parser.add_argument("--out", default=str(RESULTS / "scale.json"))
+    parser.add_argument("--quick", action="store_true", help="32 nodes, 30 s (a smoke run)")
+    args = parser.parse_args()
+    if args.quick:
+        args.nodes, args.steady_s, args.commands, args.tasks, args.failures = "32", 30.0, 5, 8, 5
+    for var in ("DATABASE_URL", "REDIS_URL"):
+        if not os.environ.get(var):
+            parser.error(f"{var} must name a PostgreSQL database (dropped and re-created) and a Redis db")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
+    os.environ.setdefault("UNICRON_INSECURE_HTTP", "1")
+    os.environ.setdefault("UNICRON_ORCHESTRATION", "true")
+    import django
+
+    django.setup()
+    load: dict[str, Any] = {"start": [round(x, 2) for x in os.getloadavg()]}
+    results = []
+    for n in [int(x) for x in args.nodes.split(",")]:
+        say(f"N={n}: starting")
+        results.append(measure(n, args))
+        say(f"N={n}: {json.dumps({k: v for k, v in results[-1].items() if k != 'process_usage'})}")
+    load["end"] = [round(x, 2) for x in os.getloadavg()]
+    write(results, args, load)
+
+
+if __name__ == "__main__":
+    main()
