@@ -514,11 +514,15 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
 
     # operator command -> agent: drains committed through the services, timed to the frame's arrival
     @sync_to_async
-    def drain(name: str) -> float:
+    def drain(name: str) -> float | None:
+        from controlplane.apps.common.errors import Conflict
         from controlplane.apps.fleet.services import do_drain_node
 
         at = time.time()
-        do_drain_node(None, Node.objects.get(name=name))
+        try:
+            do_drain_node(None, Node.objects.get(name=name))
+        except Conflict:  # the node is not in a state that can be drained (e.g. judged lost)
+            return None
         return at
 
     by_name = {e.name: e for e in nodes}
@@ -526,6 +530,8 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
     drained = random.sample([e.name for e in nodes], min(args.commands, n - 1))
     for name in drained:
         at = await drain(name)
+        if at is None:
+            continue
         node = by_name[name]
         for _ in range(200):
             arrived = [t for kind, _id, t in node.commands if kind == "drain"]
