@@ -364,6 +364,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             state,
         )
         await self._send_pending()
+        await self._record_last_seen(time.time(), None)  # its heartbeats waited behind all of this
 
     async def _on_heartbeat(self, envelope: AgentEnvelope) -> None:
         heartbeat = cast(Heartbeat, envelope.message)

@@ -63,15 +63,17 @@ def apply_hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal]]:
     node = Node.objects.select_for_update().get(pk=node_id)
     existing = {d.index: d for d in Device.objects.filter(node=node)}
     reported = set()
+    new: list[Device] = []
     for info in hello.devices:
         reported.add(info.index)
         kind = device_kind_key(info)
         memory = _device_memory(info, kind)
         device = existing.get(info.index)
         if device is None:
-            Device.objects.create(node=node, index=info.index, kind=kind, memory_bytes=memory)
+            new.append(Device(node=node, index=info.index, kind=kind, memory_bytes=memory))
         elif (device.kind, device.memory_bytes) != (kind, memory):
             Device.objects.filter(pk=device.pk).update(kind=kind, memory_bytes=memory)
+    Device.objects.bulk_create(new)  # a new node's whole inventory in one statement
     for index, device in existing.items():  # gone from the inventory: the device failed
         if index not in reported and DEVICE_MACHINE.can(device.state, DeviceState.FAILED):
             do_set_device_state(device, DeviceState.FAILED)
