@@ -15,7 +15,27 @@ from typing import Any
 
 from agents.training.assignment import WorkerAssignment
 from agents.training.elastic import torch_optimizers
-from controlplane.core.recipe.model import OptimizerSection, ScheduleSection
+from controlplane.core.recipe.model import ModelSection, OptimizerSection, ScheduleSection
+
+
+def architecture_options(arch: ModelSection | None) -> dict[str, Any]:
+    """The ``TransformerConfig`` options of the recipe's model section beyond the shape (query groups,
+    MLP width and activation, normalization, dropout); None: multi-head attention, GELU, a ``4h``
+    MLP, LayerNorm and no dropout."""
+    if arch is None:
+        return {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+    options: dict[str, Any] = {
+        "num_query_groups": arch.query_groups,
+        "ffn_hidden_size": arch.ffn_size,
+        "normalization": arch.normalization,
+        "hidden_dropout": arch.hidden_dropout,
+        "attention_dropout": arch.attention_dropout,
+    }
+    if arch.activation == "swiglu":
+        from torch.nn.functional import silu
+
+        options |= {"gated_linear_unit": True, "activation_func": silu, "bias_activation_fusion": False}
+    return options
 
 
 def init_groups(assign: WorkerAssignment, on_gpu: bool) -> None:
@@ -118,6 +138,7 @@ class RankModel:
         get_cuda_rng_tracker().reset()
         model_parallel_cuda_manual_seed(launch.seed)
         torch.manual_seed(launch.seed)  # megatron DDP does not broadcast initial weights
+        arch = launch.architecture
         self.config = TransformerConfig(
             num_layers=spec.layers,
             hidden_size=spec.hidden,
@@ -126,21 +147,25 @@ class RankModel:
             tensor_model_parallel_size=par.tp,
             pipeline_model_parallel_size=par.pp,
             pipeline_dtype=torch.float32,
-            hidden_dropout=0.0,
-            attention_dropout=0.0,
             params_dtype=torch.float32,
             # Gradients are sums over tokens; the worker divides by the global batch's tokens after
             # the all-reduce, so the split of the batch among replicas does not change the update.
             calculate_per_token_loss=True,
+            **architecture_options(arch),
         )
         self.model = GPTModel(
             config=self.config,
-            transformer_layer_spec=get_gpt_layer_local_spec(),
+            transformer_layer_spec=get_gpt_layer_local_spec(
+                normalization=arch.normalization if arch is not None else "LayerNorm"
+            ),
             vocab_size=spec.vocab,
             max_sequence_length=spec.seq_len,
             pre_process=parallel_state.is_pipeline_first_stage(),
             post_process=parallel_state.is_pipeline_last_stage(),
-            share_embeddings_and_output_weights=False,
+            share_embeddings_and_output_weights=arch is not None and not arch.untie_embeddings,
+            position_embedding_type="rope"
+            if arch is not None and arch.position_embedding == "rope"
+            else "learned_absolute",
         )
         if self.on_gpu:
             self.model.cuda()

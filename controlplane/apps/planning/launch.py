@@ -255,6 +255,8 @@ def start_transition(
             data=recipe.data,
             optimizer=recipe.optimizer,
             schedule=recipe.schedule,
+            architecture=recipe.model,
+            eval=recipe.eval,
         )
         fence = {"command_id": str(uuid.uuid4()), "task_id": str(task.pk), "epoch": task.epoch}
         command: Command

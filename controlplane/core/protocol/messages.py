@@ -36,7 +36,13 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from controlplane.core.recipe.model import DataSection, OptimizerSection, ScheduleSection
+from controlplane.core.recipe.model import (
+    DataSection,
+    EvalSection,
+    ModelSection,
+    OptimizerSection,
+    ScheduleSection,
+)
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
@@ -193,6 +199,15 @@ class WorkerLaunch(_Model):
     )
     schedule: ScheduleSection | None = Field(
         default=None, description="the recipe's learning-rate schedule; None: a constant 1e-3"
+    )
+    architecture: ModelSection | None = Field(
+        default=None,
+        description="the recipe's model section (query groups, activation, position embedding, "
+        "normalization, embedding tying, dropout); None: multi-head attention, GELU, learned positions, "
+        "LayerNorm, untied embeddings",
+    )
+    eval: EvalSection | None = Field(
+        default=None, description="the recipe's evaluation (validation loss every interval); None: none"
     )
 
 
