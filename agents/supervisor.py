@@ -65,6 +65,7 @@ from agents.training.hook_protocol import (
     ComputeDone,
     DrillAnswer,
     DrillRequest,
+    Evaluated,
     ExceptionRaised,
     FaultOrder,
     HookEvent,
@@ -162,6 +163,8 @@ class Worker:
         self.loss: float | None = None
         self.learning_rate: float | None = None
         self.grad_norm: float | None = None
+        self.validation: tuple[int, float] | None = None
+        """The latest evaluation not yet reported: (iteration, validation loss)."""
         self.loop_epoch: int | None = None
         """The epoch of this rank's latest completed iteration: it reached that epoch's training loop."""
         self.stats_epoch: int | None = None
@@ -643,6 +646,16 @@ class Supervisor:
         report = CheckpointSaved(iteration=ev.it, path=ev.path, size_bytes=ev.size_bytes)
         self._report(w, report, None, ev.t, epoch=ev.ep)
 
+    def _ev_eval(self, w: Worker, ev: Evaluated) -> None:
+        """An evaluation's loss goes out in a report of its own iteration: the statistics so far are
+        flushed with it (a report carries one validation loss: a pending one goes out first)."""
+        if self._stale(w, ev.ep) or not math.isfinite(ev.loss):
+            return
+        if w.validation is not None:
+            self._flush_stats(w)
+        w.validation = (ev.it, ev.loss)
+        self._flush_stats(w)
+
     def _ev_phase(self, w: Worker, ev: SlowPhase) -> None:
         if ev.state == "begin":
             w.slow_phase = ev.phase
@@ -678,6 +691,7 @@ class Supervisor:
         "iter_end": _ev_iter_end,
         "mb": _ev_mb,
         "phase": _ev_phase,
+        "eval": _ev_eval,
         "exception": _ev_exception,
         "done": _ev_done,
         "sync": _ev_sync,
@@ -772,11 +786,14 @@ class Supervisor:
                 tokens=w.tokens,
                 model_flops=w.flops,
                 loss=w.loss,
+                validation_loss=w.validation[1] if w.validation is not None else None,
+                validation_iteration=w.validation[0] if w.validation is not None else None,
                 learning_rate=w.learning_rate,
                 grad_norm=w.grad_norm,
             ),
             None,
         )
+        w.validation = None
         w.durations, w.computes, w.first_it, w.mbs, w.tokens, w.flops = [], [], None, 0, 0, 0.0
 
     # ------------------------------------------------------------------ commands

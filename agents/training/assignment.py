@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict
 from agents.training.elastic import TransitionSpec
 from controlplane.core.planning.spec import GPTSpec
 from controlplane.core.protocol import ModelSpec, StateSource, WorkerLaunch
+from controlplane.core.recipe.model import ModelSection
 
 ENV_WORKER = "UNICRON_WORKER"
 """The assignment's JSON in a launched worker's environment."""
@@ -35,8 +36,24 @@ class WorkerAssignment(BaseModel):
         return None
 
 
-def gpt_spec(model: ModelSpec) -> GPTSpec:
-    """The planner's :class:`GPTSpec` of a launched model (its FLOPs per iteration, for example)."""
+def gpt_spec(model: ModelSpec, architecture: ModelSection | None = None) -> GPTSpec:
+    """The planner's :class:`GPTSpec` of a launched model (its FLOPs per iteration, for example), with
+    the recipe's model options when the launch has them."""
+    if architecture is not None:
+        return GPTSpec(
+            num_layers=model.layers,
+            hidden_size=model.hidden,
+            num_attention_heads=model.heads,
+            seq_length=model.seq_len,
+            vocab_size=model.vocab,
+            global_batch_size=model.global_batch,
+            micro_batch_size=model.micro_batch,
+            num_query_groups=architecture.num_query_groups,
+            ffn_hidden_size=architecture.ffn_size,
+            gated_mlp=architecture.activation == "swiglu",
+            untie_embeddings=architecture.untie_embeddings,
+            learned_position_embeddings=architecture.position_embedding == "learned",
+        )
     return GPTSpec(
         num_layers=model.layers,
         hidden_size=model.hidden,

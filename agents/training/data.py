@@ -5,6 +5,9 @@ A global batch of iteration ``i`` is ``global_batch / micro_batch`` micro-batche
 micro-batch ``(i, k)`` depends only on ``(seed, i, k)``, so any replica, after any reconfiguration,
 can recompute exactly the micro-batches a failed replica did not finish (docs/ARCHITECTURE.md §7.6).
 
+Held-out (validation) micro-batch ``(v, k)`` of validation iteration ``v`` is drawn the same way from a
+seed no train micro-batch uses (that of iteration ``-(v + 1)``): the same distribution, never trained on.
+
 Sequences are arithmetic progressions modulo the vocabulary (random start and stride), which a
 small GPT learns quickly: the loss visibly falls, so a broken update is noticed.
 """
@@ -54,6 +57,14 @@ class SyntheticSampler:
         return MicroBatch(
             MicroBatchId(iteration, index), seq[:, :-1].contiguous(), seq[:, 1:].contiguous(), positions
         )
+
+    def validation_micro_batch(self, iteration: int, index: int) -> MicroBatch:
+        """Held-out micro-batch ``index`` of validation iteration ``iteration`` (seeds disjoint from
+        every train micro-batch's)."""
+        if iteration < 0:
+            raise ValueError(f"validation iteration must be >= 0 (got {iteration})")
+        batch = self.micro_batch(-(iteration + 1), index)
+        return MicroBatch(MicroBatchId(iteration, index), batch.tokens, batch.labels, batch.position_ids)
 
     def for_replica(self, iteration: int, dp_rank: int, dp_size: int) -> list[MicroBatch]:
         return [self.micro_batch(iteration, k) for k in self.indices_for(dp_rank, dp_size)]

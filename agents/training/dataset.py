@@ -298,7 +298,9 @@ class RecipeSampler:
         iterations: int,
         vocab_size: int,
         cache_dir: Path,
+        validation_iterations: int = 0,
     ) -> None:
+        """``validation_iterations``: global batches of validation samples the run reads (0: none)."""
         if global_batch % micro_batch:
             raise ValueError(f"global batch {global_batch} is not a multiple of micro-batch {micro_batch}")
         self.micro_batch_size, self.global_batch_size = micro_batch, global_batch
@@ -308,7 +310,7 @@ class RecipeSampler:
             seq_length=seq_length,
             seed=seed,
             train_samples=max(iterations, 1) * global_batch,
-            valid_samples=0,
+            valid_samples=validation_iterations * global_batch,
             cache_dir=cache_dir,
         )
         self.vocab_size = self.datasets.tokenizer.vocab_size
@@ -321,4 +323,11 @@ class RecipeSampler:
     def micro_batch(self, iteration: int, index: int) -> MicroBatch:
         indices = global_sample_indices(iteration, index, self.micro_batch_size, self.global_batch_size)
         batch = self.datasets.micro_batch(indices)
+        return MicroBatch(MicroBatchId(iteration, index), batch.tokens, batch.labels, batch.position_ids)
+
+    def validation_micro_batch(self, iteration: int, index: int) -> MicroBatch:
+        """Micro-batch ``index`` of validation iteration ``iteration``: the validation split's samples at
+        the same global sample indices a train iteration would read."""
+        indices = global_sample_indices(iteration, index, self.micro_batch_size, self.global_batch_size)
+        batch = self.datasets.micro_batch(indices, split="valid")
         return MicroBatch(MicroBatchId(iteration, index), batch.tokens, batch.labels, batch.position_ids)

@@ -50,6 +50,7 @@ from agents.training.hook_protocol import (
     AwaitingOrder,
     CheckpointDone,
     ComputeDone,
+    Evaluated,
     ExceptionRaised,
     FaultOrder,
     HookProtocolError,
@@ -263,6 +264,10 @@ class TrainingHook:
         """A persistent checkpoint of ``iteration`` is complete at ``path`` (``size_bytes`` on storage)."""
         frame = CheckpointDone(t=time.time(), ep=self.epoch, it=iteration, path=path, size_bytes=size_bytes)
         self._send(frame)
+
+    def evaluated(self, iteration: int, loss: float) -> None:
+        """The evaluation after ``iteration`` measured validation loss ``loss``."""
+        self._send(Evaluated(t=time.time(), ep=self.epoch, it=iteration, loss=loss))
 
     def set_progress(
         self,

@@ -128,6 +128,16 @@ class CheckpointDone(_Frame):
     size_bytes: int
 
 
+class Evaluated(_Frame):
+    """The evaluation after iteration ``it`` measured ``loss`` on held-out data (mean per token)."""
+
+    ev: Literal["eval"] = "eval"
+    t: float
+    ep: int | None = None
+    it: int
+    loss: float
+
+
 class SlowPhase(_Frame):
     """A phase that is slow on purpose (checkpoint, evaluation) began or ended."""
 
@@ -166,6 +176,7 @@ HookEvent = Annotated[
     | AwaitingOrder
     | TransitionDone
     | CheckpointDone
+    | Evaluated
     | SlowPhase
     | ExceptionRaised
     | TrainingDone,

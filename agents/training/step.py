@@ -10,6 +10,14 @@ failure-free step.
 
 A micro-batch's input tensors come from one place, :meth:`TrainingStep.micro_batch` (iteration,
 global micro-batch index) -> tensors: the data source plugs in there.
+
+Evaluation (:meth:`TrainingStep.evaluate`, the recipe's ``eval`` section): after every ``interval``-th
+iteration, ``iterations`` global batches of held-out data (the validation split of the recipe's data;
+for synthetic data, sequences drawn from seeds no train micro-batch uses), forward only, in eval mode
+without gradients, each rank over its data-parallel share; the per-token loss sums and token counts
+are summed over the data-parallel group, so the last stage's ranks all get the global batch's mean.
+Evaluation ``e`` (0, 1, ...) reads validation iterations ``e·iterations`` to ``(e+1)·iterations - 1``,
+so every evaluation of a run reads new samples and a repeated one (after a transition) the same.
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ class TrainingStep:
 
         launch = assign.launch
         spec = launch.model
+        evaluations = launch.iterations // launch.eval.interval + 1 if launch.eval is not None else 0
         self.assign, self.state, self.hook, self.faults, self.device = assign, state, hook, faults, device
         self.keep_partial_sums = keep_partial_sums and launch.parallel.pp == 1
         self.sampler: SyntheticSampler | RecipeSampler
@@ -85,19 +94,72 @@ class TrainingStep:
                 iterations=launch.iterations,
                 vocab_size=spec.vocab,
                 cache_dir=Path(tempfile.gettempdir()) / "unicron-data" / f"task-{assign.task_id}",
+                validation_iterations=evaluations * launch.eval.iterations if launch.eval is not None else 0,
             )
         dp_rank = parallel_state.get_data_parallel_rank()
         dp = parallel_state.get_data_parallel_world_size()
         self.own: tuple[int, ...] = split_micro_batches(self.sampler.num_micro_batches, dp)[dp_rank]
         """The global micro-batch indices of this rank's data-parallel share."""
         self.tokens_global = spec.global_batch * spec.seq_len
-        self.flops_share = gpt_spec(spec).flops_per_iteration() / launch.world_size
+        self.flops_share = gpt_spec(spec, launch.architecture).flops_per_iteration() / launch.world_size
         self.tokens_share = self.tokens_global // launch.world_size
         self.forward_backward = get_forward_backward_func()
 
     def micro_batch(self, iteration: int, index: int) -> MicroBatch:
         """The input tensors of global micro-batch ``index`` of ``iteration``."""
         return self.sampler.micro_batch(iteration, index)
+
+    def evaluates_after(self, it: int) -> bool:
+        """Whether the recipe's evaluation runs after iteration ``it``."""
+        ev = self.assign.launch.eval
+        return ev is not None and (it + 1) % ev.interval == 0
+
+    def evaluate(self, it: int) -> float | None:
+        """The validation loss (mean per token over the evaluation's global batches) after iteration
+        ``it``; None on a pipeline stage without the loss. Every rank of the task takes part."""
+        import torch
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        ev = self.assign.launch.eval
+        assert ev is not None
+        spec, par = self.assign.launch.model, self.assign.launch.parallel
+        state, device = self.state, self.device
+        first = ((it + 1) // ev.interval - 1) * ev.iterations
+        sums = torch.zeros(2, dtype=torch.float64)
+
+        def forward_step(data_iterator: Any, mdl: Any) -> Any:
+            mb = next(data_iterator)
+            out = mdl(mb.tokens.to(device), mb.position_ids.to(device), None, labels=mb.labels.to(device))
+
+            def finish(output: Any) -> Any:
+                total = output.float().sum()
+                sums[0] += float(total)
+                sums[1] += output.numel()
+                return total, torch.tensor(output.numel(), dtype=torch.int), {"lm loss": total}
+
+            return out, finish
+
+        state.ddp.eval()
+        try:
+            with torch.no_grad():
+                for v in range(first, first + ev.iterations):
+                    batches = [self.sampler.validation_micro_batch(v, k) for k in self.own]
+                    self.forward_backward(
+                        forward_step_func=forward_step,
+                        data_iterator=iter(batches),
+                        model=[state.ddp],
+                        num_microbatches=len(batches),
+                        seq_length=spec.seq_len,
+                        micro_batch_size=spec.micro_batch,
+                        forward_only=True,
+                    )
+        finally:
+            state.ddp.train()
+        if par.pp > 1 and not parallel_state.is_pipeline_last_stage():
+            return None
+        dist.all_reduce(sums, group=parallel_state.get_data_parallel_group())
+        return float(sums[0] / sums[1])
 
     def run(self, it: int, work: Sequence[int], resumed: bool) -> StepResult:
         """Compute micro-batches ``work`` of iteration ``it`` on top of the buffer's partial sums,

@@ -249,6 +249,11 @@ class Trainer:
             )
             if first and self.pending_report is not None:
                 self._send_report(it, t_end - t_start)
+            if step.evaluates_after(it):
+                with hook.slow_phase("evaluation"):  # hook: the monitors leave it out
+                    validation_loss = step.evaluate(it)
+                if validation_loss is not None:
+                    hook.evaluated(it, validation_loss)  # hook
             if (
                 ckpt_root is not None
                 and launch.checkpoint_interval

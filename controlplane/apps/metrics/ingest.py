@@ -36,12 +36,15 @@ def record_iteration_stats(node_id: int, report: WorkerReport) -> str:
         # which is where the loss is computed; its loss is that of its data-parallel share
         measured = [
             (MetricKind.TRAINING_LOSS, stats.loss),
-            (MetricKind.VALIDATION_LOSS, stats.validation_loss),
             (MetricKind.LEARNING_RATE, stats.learning_rate),
             (MetricKind.GRAD_NORM, stats.grad_norm),
         ]
         at, last = report.detected_at, stats.last_iteration
         training = [Sample(kind, value, at, pk, last) for kind, value in measured if value is not None]
+        if stats.validation_loss is not None:
+            # at the iteration the evaluation followed (the interval may have gone on after it)
+            evaluated = last if stats.validation_iteration is None else stats.validation_iteration
+            training.append(Sample(MetricKind.VALIDATION_LOSS, stats.validation_loss, at, pk, evaluated))
         if training:
             do_record_samples(training)
     if report.rank != 0:

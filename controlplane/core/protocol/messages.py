@@ -345,7 +345,13 @@ class IterationStats(_Model):
     model_flops: Seconds
     loss: float | None = Field(default=None, ge=-FLOAT_MAX, le=FLOAT_MAX)
     validation_loss: float | None = Field(
-        default=None, ge=-FLOAT_MAX, le=FLOAT_MAX, description="the latest evaluation's, when one ran"
+        default=None,
+        ge=-FLOAT_MAX,
+        le=FLOAT_MAX,
+        description="the evaluation's that ran since the previous report (the latest), when one ran",
+    )
+    validation_iteration: Int64 | None = Field(
+        default=None, description="the iteration after which validation_loss was measured"
     )
     learning_rate: float | None = Field(default=None, ge=0, le=FLOAT_MAX)
     grad_norm: float | None = Field(default=None, ge=0, le=FLOAT_MAX)
