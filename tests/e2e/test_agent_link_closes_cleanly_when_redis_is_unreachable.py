@@ -42,6 +42,7 @@ async def test_a_handshake_without_redis_is_closed_with_the_unavailable_code(reg
     records = _Records()
     link_log = logging.getLogger(agent_link.__name__)
     link_log.addHandler(records)
+    was_disabled, link_log.disabled = link_log.disabled, False  # an earlier dictConfig may have disabled it
     dead = f"redis://127.0.0.1:{_closed_port()}/0"
     layers = {
         "default": {
@@ -63,6 +64,7 @@ async def test_a_handshake_without_redis_is_closed_with_the_unavailable_code(reg
         finally:
             channel_layers.backends.clear()
             link_log.removeHandler(records)
+            link_log.disabled = was_disabled
             # the refused link's token lookup left a connection on the database thread: close it there
             await database_sync_to_async(connections.close_all)()
     text = "\n".join(records.lines)
