@@ -6,32 +6,24 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import migrations
-from django.utils import timezone
+from controlplane.apps.common.beat import schedule_interval_task, unschedule_task
 
 TASK = "incidents.reclaim_failure_handling"
 
 
 def schedule(apps: Any, schema_editor: Any) -> None:
-    interval_schedule = apps.get_model("django_celery_beat", "IntervalSchedule")
-    periodic_task = apps.get_model("django_celery_beat", "PeriodicTask")
-    periodic_tasks = apps.get_model("django_celery_beat", "PeriodicTasks")
-    every, _ = interval_schedule.objects.get_or_create(every=1, period="seconds")
-    periodic_task.objects.update_or_create(
-        name=TASK,
-        defaults={
-            "task": TASK,
-            "interval": every,
-            "enabled": True,
-            "expire_seconds": 2,
-            "description": "Crash-safe failure handling: an unhandled event whose handling worker died is "
-            "re-enqueued (docs/ARCHITECTURE.md §7.2).",
-        },
+    schedule_interval_task(
+        apps,
+        TASK,
+        every_s=1,
+        expire_s=2,
+        description="Crash-safe failure handling: an unhandled event whose handling worker died is "
+        "re-enqueued (docs/ARCHITECTURE.md §7.2).",
     )
-    periodic_tasks.objects.update_or_create(ident=1, defaults={"last_update": timezone.now()})
 
 
 def unschedule(apps: Any, schema_editor: Any) -> None:
-    apps.get_model("django_celery_beat", "PeriodicTask").objects.filter(name=TASK).delete()
+    unschedule_task(apps, TASK)
 
 
 class Migration(migrations.Migration):
