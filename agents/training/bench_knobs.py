@@ -6,12 +6,19 @@
   parameters and optimizer tensors there (``e{epoch}-it{iteration}-r{rank}.pt``), and after a
   transition's state migration ``e{epoch}-migrated-r{rank}.pt``, so tests can compare states;
   ``UNICRON_STATE_DUMP_FIRST=n`` limits the iteration dumps to the first n iterations of each epoch;
+- ``UNICRON_LOSS_DIR``: a directory; every worker process appends to ``loss-p{pid}.jsonl`` there one
+  JSON line per micro-batch loss as it is computed (``{"t", "epoch", "it", "mb", "dp", "loss"}``) and
+  one per validation loss (``{"t", "epoch", "it", "validation"}``); floats round-trip exactly, so
+  ``bench/quality.py`` compares two runs bitwise;
 - ``UNICRON_TEARDOWN_GC=1``: a full garbage collection after an epoch's teardown.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +30,7 @@ ENV_TIMING_FILE = "UNICRON_TIMING_FILE"
 ENV_STATE_DUMP = "UNICRON_STATE_DUMP"
 ENV_STATE_DUMP_FIRST = "UNICRON_STATE_DUMP_FIRST"
 ENV_TEARDOWN_GC = "UNICRON_TEARDOWN_GC"
+ENV_LOSS_DIR = "UNICRON_LOSS_DIR"
 
 
 @dataclass
@@ -33,11 +41,15 @@ class BenchKnobs:
     dump_dir: Path | None = None
     dump_first: int = 0
     teardown_gc: bool = False
+    losses: IO[str] | None = None
 
     @classmethod
     def from_env(cls) -> BenchKnobs:
-        timing, dump = env_str(ENV_TIMING_FILE), env_str(ENV_STATE_DUMP)
+        timing, dump, loss_dir = env_str(ENV_TIMING_FILE), env_str(ENV_STATE_DUMP), env_str(ENV_LOSS_DIR)
         return cls(
+            losses=(
+                open(Path(loss_dir) / f"loss-p{os.getpid()}.jsonl", "a", buffering=1) if loss_dir else None
+            ),
             timing=open(timing, "a") if timing else None,
             dump_dir=Path(dump) if dump else None,
             dump_first=env_int(ENV_STATE_DUMP_FIRST, 0, minimum=0),
@@ -48,6 +60,35 @@ class BenchKnobs:
         """One timing line: wall time from one iteration start to the next (hook cost included)."""
         if self.timing is not None:
             self.timing.write(json.dumps({"it": iteration, "dur": duration_s, "first": first}) + "\n")
+
+    def loss_sink(self, epoch: int, layout: tuple[int, int, int]) -> Callable[[int, int, float], None] | None:
+        """The training step's per-micro-batch loss callback of an epoch (None when not recording);
+        ``layout``: the epoch's (tp, pp, dp) (the rank's data-parallel rank is read here)."""
+        out = self.losses
+        if out is None:
+            return None
+        from megatron.core import parallel_state
+
+        dp_rank = parallel_state.get_data_parallel_rank()
+
+        def record(it: int, index: int, loss: float) -> None:
+            line = {
+                "t": time.time(),
+                "epoch": epoch,
+                "it": it,
+                "mb": index,
+                "layout": layout,
+                "dp_rank": dp_rank,
+                "loss": loss,
+            }
+            out.write(json.dumps(line) + "\n")
+
+        return record
+
+    def record_validation(self, epoch: int, iteration: int, loss: float) -> None:
+        if self.losses is not None:
+            line = {"t": time.time(), "epoch": epoch, "it": iteration, "validation": loss}
+            self.losses.write(json.dumps(line) + "\n")
 
     def dump_iteration(
         self, model: Any, optimizer: Any, epoch: int, iteration: int, rank: int, epoch_start: int
@@ -69,3 +110,6 @@ class BenchKnobs:
         if self.timing is not None:
             self.timing.close()
             self.timing = None
+        if self.losses is not None:
+            self.losses.close()
+            self.losses = None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,10 +64,13 @@ class TrainingStep:
         faults: WorkerFaults,
         device: torch.device,
         keep_partial_sums: bool,
+        loss_sink: Callable[[int, int, float], None] | None = None,
     ) -> None:
         """``keep_partial_sums``: copy the local gradient sums before the all-reduce and put them
         back when it fails (elastic mode: gloo reduces in place, a peer dying mid-ring leaves partial
-        sums in the buffer) — one gradient-sized copy per iteration."""
+        sums in the buffer) — one gradient-sized copy per iteration. ``loss_sink``: called with
+        (iteration, global micro-batch index, mean loss per token) as each micro-batch's loss is
+        computed (a benchmark knob; None in production)."""
         from megatron.core import parallel_state
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -79,6 +82,7 @@ class TrainingStep:
         evaluations = launch.iterations // launch.eval.interval + 1 if launch.eval is not None else 0
         self.assign, self.state, self.hook, self.faults, self.device = assign, state, hook, faults, device
         self.keep_partial_sums = keep_partial_sums and launch.parallel.pp == 1
+        self.loss_sink = loss_sink
         self.sampler: SyntheticSampler | RecipeSampler
         if launch.data is None:
             self.sampler = SyntheticSampler(
@@ -182,6 +186,7 @@ class TrainingStep:
             kept_grads = state.stash_grads()
             state.ddp.zero_grad_buffer()
         losses: list[float] = []
+        sink = self.loss_sink
 
         def forward_step(data_iterator: Any, mdl: Any) -> Any:
             mb = next(data_iterator)
@@ -192,6 +197,8 @@ class TrainingStep:
                 total = output.float().sum()
                 n = torch.tensor(output.numel(), dtype=torch.int)
                 losses.append(float(total.detach()) / output.numel())
+                if sink is not None:
+                    sink(it, index, losses[-1])
                 faults.stretch(time.perf_counter() - tstart)  # hook (straggler drill)
                 hook.micro_batch_done(it, index)  # hook
                 return total, n, {"lm loss": total.detach()}

@@ -211,7 +211,15 @@ class Trainer:
         assign, hook, state = self.assign, self.hook, self.state
         launch = assign.launch
         step = TrainingStep(
-            assign, state, hook, self.faults, self.device, keep_partial_sums=self.elastic_wait_s > 0
+            assign,
+            state,
+            hook,
+            self.faults,
+            self.device,
+            keep_partial_sums=self.elastic_wait_s > 0,
+            loss_sink=self.knobs.loss_sink(
+                assign.epoch, (launch.parallel.tp, launch.parallel.pp, launch.parallel.dp)
+            ),
         )
         ckpt_root = Path(launch.checkpoint_dir) if launch.checkpoint_dir else None
 
@@ -254,6 +262,7 @@ class Trainer:
                     validation_loss = step.evaluate(it)
                 if validation_loss is not None:
                     hook.evaluated(it, validation_loss)  # hook
+                    self.knobs.record_validation(assign.epoch, it, validation_loss)
             if (
                 ckpt_root is not None
                 and launch.checkpoint_interval
