@@ -53,6 +53,16 @@ CASES: dict[str, tuple[Evidence, Severity, Action]] = {
         Severity.SEV3,
         Action.RETRY_IN_PLACE,
     ),
+    "rendezvous-port-in-use": (
+        Evidence(
+            EX,
+            exception_type="torch.distributed.DistNetworkError",
+            message="The server socket has failed to listen on any local network address. port: 20417, "
+            "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+        ),
+        Severity.SEV3,
+        Action.RETRY_IN_PLACE,
+    ),
     "connection-error": (
         Evidence(EX, exception_type="ConnectionResetError", message="[Errno 104]"),
         Severity.SEV3,
@@ -130,9 +140,17 @@ CASES: dict[str, tuple[Evidence, Severity, Action]] = {
 }
 
 
-CONSEQUENCES = frozenset({"collective-timeout", "connection-error", "connection-message", "gloo-transport"})
-"""Rows whose evidence is a peer's failure seen through a collective: everything else blames the rank
-(or the node) that reported it."""
+CONSEQUENCES = frozenset(
+    {
+        "collective-timeout",
+        "connection-error",
+        "connection-message",
+        "gloo-transport",
+        "rendezvous-port-in-use",
+    }
+)
+"""Rows whose evidence is a peer's failure seen through a collective, or the epoch's rendezvous port taken
+by another process: everything else blames the rank (or the node) that reported it."""
 
 
 def test_every_row_of_the_table_has_exactly_one_case() -> None:

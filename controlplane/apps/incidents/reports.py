@@ -6,6 +6,7 @@ hang, straggler) and the ranks an agent lost when it restarted. Classification i
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
@@ -18,7 +19,7 @@ from controlplane.apps.fleet.services import do_count_device_error
 from controlplane.apps.incidents import choices as incident_choices
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.incidents.probation import on_probation
-from controlplane.apps.incidents.selectors import list_failure_history
+from controlplane.apps.incidents.selectors import list_failure_history, stored_classification
 from controlplane.apps.incidents.services import FailureReport, do_raise_alert, do_record_failure_event
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.core import failures
@@ -74,13 +75,19 @@ def record_failure_report(node_id: int, report: WorkerReport) -> str:
         return "duplicate report"
     node = Node.objects.get(pk=node_id)
     evidence = _evidence_of(node.name, report)
-    history = list_failure_history(node, _POLICY.recurrence_window_s, before=evidence.occurred_at)
-    c = failures.classify(evidence, history, _POLICY)
     device = Device.objects.filter(node=node, index=report.device).first()
-    if on_probation(node.probation_until) or (device is not None and on_probation(device.probation_until)):
-        c = failures.escalate_on_probation(c)
     pk = task_pk(report.task_id)
     task = TrainingTask.objects.filter(pk=pk).first() if pk is not None else None
+    why = _consequence_reported(node, device, task, report.epoch) if event.kind == "exited" else None
+    if why is not None:  # it left because of what it reported: the table alone, blamed elsewhere
+        c = failures.classify_evidence(evidence)
+        c = replace(c, blame=why.blame, reason=f"{c.reason}, after reporting {why.rule} (not its failure)")
+    else:
+        history = list_failure_history(node, _POLICY.recurrence_window_s, before=evidence.occurred_at)
+        c = failures.classify(evidence, history, _POLICY)
+        probation = device is not None and on_probation(device.probation_until)
+        if probation or on_probation(node.probation_until):
+            c = failures.escalate_on_probation(c)
     stored, created = do_record_failure_event(
         FailureReport(
             detector=incident_choices.Detector(report.detector or _WIRE_DETECTOR[event.kind]),
@@ -119,6 +126,33 @@ def record_failure_report(node_id: int, report: WorkerReport) -> str:
             node=node,
         )
     return f"failure event {stored.pk} {c.severity} {c.rule}"
+
+
+def _consequence_reported(
+    node: Node, device: Device | None, task: TrainingTask | None, epoch: int
+) -> failures.Classification | None:
+    """The classification of the exception this rank (its device, task and epoch) reported before it
+    exited, when that exception was blamed elsewhere (a peer's failure seen through a collective, its
+    rendezvous port taken); otherwise None. The rank then exits because of it: the worker's exit code
+    is a consequence too and counts against neither the device nor the node's history. Reports of one
+    rank arrive in order (the agent's outbox), so the exception is recorded before the exit."""
+    if device is None:
+        return None
+    reported = (
+        FailureEvent.objects.filter(
+            node=node,
+            device=device,
+            task=task,
+            task_epoch=epoch,
+            detector=incident_choices.Detector.EXCEPTION_PROPAGATION,
+        )
+        .order_by("-occurred_at", "-id")
+        .first()
+    )
+    if reported is None:
+        return None
+    why = stored_classification(reported)
+    return None if why.blame is failures.Blame.CAUSE else why
 
 
 _MISSING_NS = uuid.UUID("3b0f6f3e-5f0e-4d7e-9d55-1c2a4b8e7f21")

@@ -64,7 +64,8 @@ class Blame(StrEnum):
     """This rank's own process died, hung, raised in its own code or straggled, or its hardware failed."""
     CONSEQUENCE = "consequence"
     """A collective broke because a peer failed (a connection reset or closed by the peer, a collective
-    timeout, a gloo transport EOF): acted on for the task, never evidence against this node or device."""
+    timeout, a gloo transport EOF), or rank 0 found the epoch's rendezvous port taken by another process:
+    acted on for the task, never evidence against this node or device."""
 
 
 class Category(StrEnum):
@@ -216,6 +217,9 @@ def _signal_of(ev: Evidence) -> int | None:
 
 
 _S = DetectorKind
+PORT_IN_USE = "rendezvous-port-in-use"
+"""The row of a rendezvous port found taken: every retry draws a fresh port, so a repeated collision is
+not a failed recovery and never escalates."""
 _CRASH_SIGNALS = frozenset({_signal.SIGSEGV, _signal.SIGBUS, _signal.SIGABRT, _signal.SIGILL, _signal.SIGFPE})
 
 RULES: tuple[Rule, ...] = (
@@ -241,6 +245,14 @@ RULES: tuple[Rule, ...] = (
          "rank persistently slower than its peers: isolate so the planner weighs running without it",
          detectors=frozenset({_S.STRAGGLER})),
     # --- sev3: transient network ------------------------------------------------------------------
+    # Rank 0's TCPStore could not listen on the epoch's port (torch: "DistNetworkError: The server socket
+    # has failed to listen on any local network address. port: N, ..., name: EADDRINUSE"). Ahead of
+    # connection-error, which the same exception type would match.
+    Rule(PORT_IN_USE, Severity.SEV3, Category.NETWORK,
+         "the epoch's rendezvous port is held by another process on rank 0's node: "
+         "retry at a fresh port (not the node's failure)",
+         pattern=r"EADDRINUSE|address already in use",
+         blame=Blame.CONSEQUENCE),
     Rule("collective-timeout", Severity.SEV3, Category.NETWORK, "one collective timed out",
          pattern=r"collective operation timeout|Watchdog caught collective|NCCL.{0,60}timed? ?out",
          blame=Blame.CONSEQUENCE),
@@ -383,9 +395,12 @@ def classify(
 
     Only causes escalate by repetition, and only causes are counted: a consequence (a peer's failure
     seen through a collective) is acted on at its table severity, or escalated because the recovery it
-    was part of failed, but never up to isolating the place that merely saw it."""
+    was part of failed, but never up to isolating the place that merely saw it. A rendezvous port found
+    taken is retried at a fresh port however often it happens (:data:`PORT_IN_USE`)."""
     policy = policy or EscalationPolicy()
     c = classify_evidence(ev, rules)
+    if c.rule == PORT_IN_USE:
+        return c
     hardware_possible = c.category not in NOT_HARDWARE
     cause = c.blame is Blame.CAUSE
     restart_failed = ev.during_recovery is Action.RESTART_PROCESSES
