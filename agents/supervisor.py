@@ -40,6 +40,7 @@ import math
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.api import ExitRecord, RunResult, WorkerSpec, WorkerState
+from agents.guard import ENV_AGENT_INSTANCE
 from agents.monitor import MonitorConfig, RankMonitor, TaskStragglers
 from agents.prctl import die_with_parent
 from agents.settings import worker_nice
@@ -300,9 +302,14 @@ class Supervisor:
         """Set by the agent: every local rank of the task finished its training (exit 0, done)."""
         self.on_hook_delay: Callable[[float], None] | None = None
         """Set by the agent's metrics: seconds from a worker stamping a hook event to its handling."""
+        self.instance = uuid.uuid4().hex
+        """This agent's id in the environment of every process it starts (:mod:`agents.guard`)."""
+        self.guard: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        if self.worker_kind == "megatron":
+            self.guard = self._start_guard()
         self._server = await asyncio.start_unix_server(self._serve_hook, path=str(self.socket_path))
         self._spawn(self._monitor_loop())
         await self.spare_pool.start(self._worker_pids)
@@ -316,6 +323,30 @@ class Supervisor:
             t.cancel()
         if self._server is not None:
             self._server.close()
+        await self._stop_guard()
+
+    def _start_guard(self) -> subprocess.Popen[bytes]:
+        """The guard that kills whatever this agent started once the agent is gone (:mod:`agents.guard`):
+        in a session of its own, with the only write end of its stdin held here."""
+        with open(self.run_dir / "guard.log", "ab") as logf:
+            return subprocess.Popen(
+                [sys.executable, "-m", "agents.guard", self.instance],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=logf,
+                start_new_session=True,
+            )
+
+    async def _stop_guard(self) -> None:
+        """Close the guard's pipe: it sweeps what is left (the workers are stopped by now) and exits."""
+        guard, self.guard = self.guard, None
+        if guard is None:
+            return
+        if guard.stdin is not None:
+            guard.stdin.close()
+        deadline = time.monotonic() + 10.0
+        while guard.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -374,6 +405,7 @@ class Supervisor:
             }
         )
         env.update(self.worker_env)
+        env[ENV_AGENT_INSTANCE] = self.instance  # whatever the worker starts carries it too
         return env
 
     # ------------------------------------------------------------------ evidence
