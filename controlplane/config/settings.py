@@ -339,6 +339,26 @@ if UNICRON_RENDEZVOUS_PORT_BASE + UNICRON_RENDEZVOUS_PORT_SPAN > 65536:
         f"UNICRON_RENDEZVOUS_PORT_BASE + UNICRON_RENDEZVOUS_PORT_SPAN = "
         f"{UNICRON_RENDEZVOUS_PORT_BASE + UNICRON_RENDEZVOUS_PORT_SPAN} runs past port 65535"
     )
+
+
+def _ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int] | None:
+    """This host's ephemeral port range (first, last), or None where the kernel does not say."""
+    try:
+        first, last = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return first, last
+
+
+_ephemeral = _ephemeral_ports()
+_rendezvous = (UNICRON_RENDEZVOUS_PORT_BASE, UNICRON_RENDEZVOUS_PORT_BASE + UNICRON_RENDEZVOUS_PORT_SPAN - 1)
+if _ephemeral is not None and max(_rendezvous[0], _ephemeral[0]) <= min(_rendezvous[1], _ephemeral[1]):
+    raise ConfigError(
+        f"UNICRON_RENDEZVOUS_PORT_BASE / UNICRON_RENDEZVOUS_PORT_SPAN: rendezvous ports "
+        f"{_rendezvous[0]}-{_rendezvous[1]} overlap this host's ephemeral ports "
+        f"{_ephemeral[0]}-{_ephemeral[1]} (/proc/sys/net/ipv4/ip_local_port_range), which any outgoing "
+        f"connection may take: choose a range outside them"
+    )
 UNICRON_RENDEZVOUS_TIMEOUT_S = env_float("UNICRON_RENDEZVOUS_TIMEOUT_S", 60.0, minimum=1.0)
 UNICRON_COLLECTIVE_TIMEOUT_S = env_float("UNICRON_COLLECTIVE_TIMEOUT_S", 30.0, minimum=1.0)
 
