@@ -69,6 +69,10 @@ class RankState:
     """The state-source kind the coordinator chose for it (None: not said)."""
     source_old_rank: int | None = None
     """The old rank of the live holder the coordinator chose for it (peer/same-node sources)."""
+    source_iteration: int | None = None
+    """The iteration of the stored copy the coordinator chose for it (None: not a stored copy)."""
+    local_snapshots: tuple[int, ...] = ()
+    """Iterations of which its node holds a complete in-memory snapshot of the task."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,10 @@ class ResumePlan:
     stored_kind: str | None = None
     live_iteration: int | None = None
     """The newest iteration any survivor would have run next (rollback = this - resume)."""
+    local_snapshot: int | None = None
+    """stored: an iteration every rank's node holds a complete snapshot of, newer than any stored copy
+    the coordinator named (or none was named: e.g. a retry whose every holder of a shard died, so
+    no live state is left): every rank restores it from its own node instead."""
 
 
 def split_micro_batches(num: int, dp: int) -> list[tuple[int, ...]]:
@@ -138,7 +146,9 @@ def plan_resume(
       survivors with the same done set (pipeline parallelism > 1 never keeps them: a micro-batch's
       backward is spread over the stages). The rest of the iteration's micro-batches are given out
       by :func:`redistribute`.
-    - Stored mode otherwise: the caller loads the snapshot / checkpoint (or starts fresh).
+    - Stored mode otherwise: the caller loads the snapshot / checkpoint (or starts fresh) — or, when
+      every rank's node holds a complete snapshot newer than any stored copy named (none named: the
+      live state the coordinator counted on is gone), the newest such snapshot from its own node.
     """
     by_rank = {s.rank: s for s in states}
     live = [s for s in states if s.has_state]
@@ -184,7 +194,15 @@ def plan_resume(
                 extra = dict(enumerate(split_micro_batches(num_micro_batches, dp)))
             return ResumePlan("live", resume, sources, receivers, kept, extra, live_iteration=live_iteration)
     kind = stored[0] if stored else None
-    return ResumePlan("stored", -1, stored_kind=kind, live_iteration=live_iteration)
+    common = set.intersection(*(set(s.local_snapshots) for s in states)) if states else set()
+    named_its = [
+        s.source_iteration for s in states if s.wants in STORED_KINDS and s.source_iteration is not None
+    ]
+    newest_named = max(named_its) if named_its else None
+    local = max(common) if common else None
+    if local is not None and newest_named is not None and local <= newest_named:
+        local = None
+    return ResumePlan("stored", -1, stored_kind=kind, live_iteration=live_iteration, local_snapshot=local)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -100,6 +100,8 @@ def migrate(
         old_rank=old.rank if survivor else None,
         wants=mine.kind if mine is not None else None,
         source_old_rank=mine.source_rank if mine is not None else None,
+        source_iteration=mine.iteration if mine is not None and mine.kind in STORED_KINDS else None,
+        local_snapshots=local_snapshot_iterations(assign.task_id),
     )
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, me)
@@ -134,7 +136,12 @@ def migrate(
         resume_extra = plan.extra.get(dp_rank, ())
     else:
         wanted = plan.stored_kind or (mine.kind if mine is not None else "checkpoint")
-        next_it, moved, source = load_stored(state, assign, wanted, hook)
+        local = (
+            load_local_snapshot(state, assign, plan.local_snapshot, hook)
+            if plan.local_snapshot is not None
+            else None
+        )
+        next_it, moved, source = local or load_stored(state, assign, wanted, hook)
         state.zero_grads()
         # how far the task had got: a survivor's next iteration, else what the coordinator said
         reached = plan.live_iteration
@@ -182,6 +189,27 @@ def load_stored(
             load_checkpoint(state, path, hook)
             return it_done + 1, state.state_bytes(), "checkpoint"
     return 0, 0, "none"
+
+
+def local_snapshot_iterations(task_id: str) -> tuple[int, ...]:
+    """The iterations of which this node's snapshot root holds a complete snapshot of the task."""
+    from agents.training.snapshot import ENV_SNAPSHOT_DIR, complete_iterations
+
+    root = env_str(ENV_SNAPSHOT_DIR)
+    return complete_iterations(root, task_id) if root else ()
+
+
+def load_local_snapshot(
+    state: RankModel, assign: WorkerAssignment, iteration: int, hook: TrainingHook
+) -> tuple[int, int, str] | None:
+    """Restore the snapshot of ``iteration`` from this node's snapshot root; None: not usable here
+    (the caller falls back to the source the coordinator named)."""
+    source = StateSource(rank=assign.rank, kind="memory_snapshot", iteration=iteration)
+    try:
+        return load_snapshot(state, assign, source, hook)
+    except Exception as e:  # a piece missing or torn: the named source is the fallback
+        print(f"[transition] local snapshot {iteration} not usable: {e}", file=sys.stderr, flush=True)
+        return None
 
 
 def load_snapshot(

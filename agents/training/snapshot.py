@@ -164,6 +164,20 @@ def read_rank_metas(path: Path) -> list[RankMeta]:
     return metas
 
 
+def complete_iterations(root: Path | str, task_id: str) -> tuple[int, ...]:
+    """The iterations of which ``root`` holds a complete snapshot directory of ``task_id`` (any origin,
+    any epoch), ascending."""
+    root = Path(root)
+    found: set[int] = set()
+    for origin in (p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        tdir = origin / task_id
+        for d in tdir.iterdir() if tdir.is_dir() else []:
+            parsed = parse_snapshot_name(d.name)
+            if parsed is not None and is_complete(d):
+                found.add(parsed[1])
+    return tuple(sorted(found))
+
+
 def find_snapshot(root: Path | str, task_id: str, iteration: int, epoch: int | None = None) -> list[Path]:
     """Every complete directory of ``task_id`` at ``iteration`` under ``root`` (all origins).
 
