@@ -8,10 +8,12 @@
    number (:mod:`controlplane.config.system`, the harness the bench and the end-to-end tests share).
 4. Node agents (``--agents`` x ``--devices-per-agent`` CPU devices, 4 x 2 by default, 4 x 1 on a host with
    fewer cores than that: :func:`fit_demo_size`) running real Megatron-Core workers.
-5. The workload (three GPT tasks of different weights, submitted through the REST API) and a fault
-   schedule that cycles through every failure class (``--fault-every`` seconds; ``--no-faults`` turns it
-   off); an agent killed by a node-loss drill is restarted after ``--repair-after`` seconds (the node
-   returns). What the control plane does is printed as it happens (:mod:`controlplane.config.demo_scenario`).
+5. The workload (three GPT tasks of different weights, submitted through the REST API as training
+   recipes on the shipped corpus, prepared on first use; ``--data synthetic``: bare shapes on synthetic
+   tokens) and a fault schedule that cycles through every failure class (``--fault-every`` seconds;
+   ``--no-faults`` turns it off); an agent killed by a node-loss drill is restarted after
+   ``--repair-after`` seconds (the node returns). What the control plane does is printed as it happens
+   (:mod:`controlplane.config.demo_scenario`).
 6. Prints the URLs and the time from command to ready; only Ctrl-C (or SIGTERM) stops the demo: then every
    child and the embedded servers. Settings reach the children in their environments (nothing is
    written into this process's ``os.environ``).
@@ -29,7 +31,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from controlplane.config.demo_scenario import Api, ApiError, EventLog, FaultSchedule, submit_demo_tasks
+from controlplane.config.demo_scenario import (
+    Api,
+    ApiError,
+    DemoData,
+    EventLog,
+    FaultSchedule,
+    prepare_demo_corpus,
+    submit_demo_tasks,
+)
 from controlplane.config.embedded import state_dir
 from controlplane.config.system import System, agent_command
 
@@ -186,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", choices=["megatron", "sim"], default="megatron")
     parser.add_argument("--exit-after-ready", action="store_true", help="stop once everything is up (smoke)")
     parser.add_argument("--no-tasks", action="store_true", help="do not submit the demo tasks")
+    parser.add_argument(
+        "--data",
+        choices=["corpus", "synthetic"],
+        default="corpus",
+        help="what the demo tasks train on: recipes on the shipped corpus (default) or synthetic tokens",
+    )
     parser.add_argument("--no-faults", action="store_true", help="no fault-injection schedule")
     parser.add_argument("--fault-every", type=float, default=60.0, help="seconds between fault drills")
     parser.add_argument("--first-fault-after", type=float, default=45.0)
@@ -285,7 +301,10 @@ def main(argv: list[str] | None = None) -> int:
         api = Api(base, operator.token)
         schedule: FaultSchedule | None = None
         if not args.no_tasks and not args.exit_after_ready:
-            for task in submit_demo_tasks(api, workers):
+            data: DemoData | None = None
+            if args.data == "corpus" and args.worker == "megatron":
+                data = prepare_demo_corpus(state_dir() / "data", say)
+            for task in submit_demo_tasks(api, workers, data):
                 say(f"submitted task {task['name']} (weight {task['weight']})")
             if not args.no_faults:
                 schedule = FaultSchedule(api, args.fault_every, args.first_fault_after)

@@ -1,7 +1,10 @@
 """The demo's workload and fault schedule, driven through the public REST API like a user would.
 
 - :func:`submit_demo_tasks` submits three small GPT tasks with different weights (operator token),
-  sized to the demo's workers by :func:`demo_tasks`.
+  sized to the demo's workers by :func:`demo_tasks`: by default as training recipes on the shipped
+  corpus (:func:`prepare_demo_corpus`, :func:`demo_recipe`: the CPython documentation, tokenized with a
+  BPE tokenizer trained on it), so their training and validation loss fall on the dashboard; with
+  ``data=None`` as bare model shapes on synthetic tokens.
 - :class:`FaultSchedule` injects one fault per interval, cycling through every failure class
   (crash, exception, hang, network error, straggler, node loss), each on a node that runs a task.
 - :class:`EventLog` prints what the control plane did: failure events (detector, severity, action,
@@ -17,7 +20,9 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 FAULT_CYCLE: tuple[str, ...] = ("crash", "exception", "network_error", "hang", "straggler", "node_loss")
@@ -44,6 +49,74 @@ TINY_GPT: dict[str, Any] = {
     "global_batch_size": 16,
     "micro_batch_size": 2,
 }
+
+
+DEMO_VOCAB = 2048
+"""The demo corpus's trained BPE vocabulary."""
+
+
+@dataclass(frozen=True)
+class DemoData:
+    """The prepared corpus the demo's recipes read. Every demo node runs on this machine, so a local
+    path is a path every node of a task can read (on a cluster: a shared file system)."""
+
+    prefix: str
+    """Megatron indexed dataset path prefix (``.bin`` / ``.idx``)."""
+    tokenizer: str
+    vocab: int
+    checkpoints: str
+    """The directory under which each task's checkpoints go."""
+
+
+def prepare_demo_corpus(root: Path, say: Callable[[str], None]) -> DemoData:
+    """The demo corpus under ``root``: written and tokenized on first use (about ten seconds), reused
+    after that (a prepared dataset is only replaced by a complete new one)."""
+    from agents.data.corpus import write_corpus
+    from agents.data.prepare import prepare
+
+    prefix = root / "pydoc" / "pydoc"
+    tokenizer = prefix.parent / "tokenizer.json"
+    if not (tokenizer.is_file() and prefix.with_suffix(".idx").is_file()):
+        say(f"preparing the demo corpus (CPython documentation) in {prefix.parent} ...")
+        t0 = time.monotonic()
+        corpus = write_corpus(root / "pydoc-corpus")
+        summary = prepare(
+            [corpus.path],
+            prefix,
+            train_vocab_size=DEMO_VOCAB,
+            append_eod=True,
+            progress=lambda phase, n: say(f"  {phase}: {n:,}") if n and n % 500 == 0 else None,
+        )
+        say(f"demo corpus ready in {time.monotonic() - t0:.1f} s: {summary}")
+    return DemoData(str(prefix), str(tokenizer), DEMO_VOCAB, str(root / "checkpoints"))
+
+
+def demo_recipe(name: str, data: DemoData) -> dict[str, Any]:
+    """The recipe of demo task ``name``: :data:`TINY_GPT`'s shape on the demo corpus, AdamW with warm-up
+    and cosine decay, validation every 50 iterations, a checkpoint every 200 (the newest 2 kept)."""
+    return {
+        "version": 1,
+        "model": {
+            "num_layers": TINY_GPT["num_layers"],
+            "hidden_size": TINY_GPT["hidden_size"],
+            "num_attention_heads": TINY_GPT["num_attention_heads"],
+            "seq_length": TINY_GPT["seq_length"],
+            "vocab_size": data.vocab,
+        },
+        "data": {
+            "tokenizer": data.tokenizer,
+            "blend": [{"path_prefix": data.prefix, "weight": 1.0}],
+            "split": "98,2,0",
+        },
+        "optimizer": {"name": "adamw", "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.01, "clip_grad": 1.0},
+        "schedule": {"lr": 3e-3, "min_lr": 3e-4, "warmup_iterations": 20, "decay_style": "cosine"},
+        "checkpoint": {"directory": str(Path(data.checkpoints) / name), "interval": 200, "keep": 2},
+        "eval": {"interval": 50, "iterations": 4},
+        "seed": 1234,
+        "train_iterations": 20_000,
+        "global_batch_size": TINY_GPT["global_batch_size"],
+        "micro_batch_size": TINY_GPT["micro_batch_size"],
+    }
 
 
 class ApiError(RuntimeError):
@@ -86,9 +159,10 @@ def demo_tasks(workers: int) -> tuple[dict[str, Any], ...]:
     return HALF_SIZE_DEMO_TASKS
 
 
-def submit_demo_tasks(api: Api, workers: int) -> list[dict[str, Any]]:
+def submit_demo_tasks(api: Api, workers: int, data: DemoData | None = None) -> list[dict[str, Any]]:
     """Submit the demo tasks for ``workers`` devices (:func:`demo_tasks`) unless tasks with those names
-    are already active (a restarted demo)."""
+    are already active (a restarted demo): as recipes on ``data`` (:func:`demo_recipe`), or as bare
+    shapes on synthetic tokens when ``data`` is None."""
     active = {
         t["name"]
         for t in api.items("tasks/?limit=200")
@@ -98,7 +172,9 @@ def submit_demo_tasks(api: Api, workers: int) -> list[dict[str, Any]]:
     for spec in demo_tasks(workers):
         if spec["name"] in active:
             continue
-        made.append(api.call("POST", "tasks/", {**TINY_GPT, **spec}))
+        shape = {"recipe": demo_recipe(spec["name"], data)} if data is not None else TINY_GPT
+        body = {**shape, **spec}
+        made.append(api.call("POST", "tasks/", body))
     return made
 
 
