@@ -74,23 +74,58 @@ class Injected:
 @dataclass
 class Run:
     name: str
-    micro: dict[tuple[int, int], tuple[float, float, tuple[int, ...]]] = field(default_factory=dict)
-    """(iteration, micro-batch) -> (time, loss, (tp, pp, dp, data-parallel rank)) of the latest record:
-    the layout the micro-batch was computed in and where its gradients entered the reduction."""
+    records: dict[int, list[tuple[float, int, float, tuple[int, ...]]]] = field(default_factory=dict)
+    """iteration -> every (time, micro-batch, loss, (tp, pp, dp, micro-batch size, data-parallel
+    rank)) recorded for it, in every epoch that computed it."""
     validation: dict[int, float] = field(default_factory=dict)
     faults: list[Injected] = field(default_factory=list)
     wall_s: float = 0.0
     epochs: int = 0
     transitions: list[dict[str, Any]] = field(default_factory=list)
 
-    def iteration_losses(self) -> dict[int, float]:
-        by_it: dict[int, list[tuple[int, float]]] = {}
-        for (it, mb), (_, loss, _) in self.micro.items():
-            by_it.setdefault(it, []).append((mb, loss))
-        return {it: sum(v for _, v in sorted(rows)) / len(rows) for it, rows in sorted(by_it.items())}
+    def micro(self, it: int) -> dict[tuple[int, int], tuple[float, tuple[int, ...]]]:
+        """The micro-batches that made iteration ``it``'s update: (micro-batch size, index) -> (loss,
+        layout) of the latest record of each, among the records of the micro-batch size of the
+        iteration's latest record (an epoch that recomputed the iteration with another micro-batch
+        size replaces all of it; one with the same size replaces what it recomputed, the rest was
+        kept)."""
+        rows = self.records.get(it, [])
+        if not rows:
+            return {}
+        size = max(rows)[3][3]
+        out: dict[tuple[int, int], tuple[float, float, tuple[int, ...]]] = {}
+        for t, mb, loss, where in rows:
+            if where[3] == size and ((size, mb) not in out or out[(size, mb)][0] <= t):
+                out[(size, mb)] = (t, loss, where)
+        return {k: (loss, where) for k, (_, loss, where) in out.items()}
 
-    def layout_of(self, it: int) -> dict[int, tuple[int, ...]]:
-        return {mb: where for (i, mb), (_, _, where) in self.micro.items() if i == it}
+    def iteration_losses(self) -> dict[int, float]:
+        """Per-token mean over the global batch (every micro-batch has the same number of tokens)."""
+        out = {}
+        for it in sorted(self.records):
+            rows = self.micro(it)
+            out[it] = sum(loss for _, (loss, _) in sorted(rows.items())) / len(rows)
+        return out
+
+    def layout_of(self, it: int) -> dict[tuple[int, int], tuple[int, ...]]:
+        return {k: where for k, (_, where) in self.micro(it).items()}
+
+    def redone(self) -> dict[int, int]:
+        """Per epoch after the first: iterations recomputed (the newest iteration an earlier epoch had
+        recorded, minus the epoch's first iteration, plus one)."""
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for it, rows in self.records.items():
+            for _t, _mb, _loss, where in rows:
+                e = where[-1]
+                first[e] = min(first.get(e, it), it)
+                last[e] = max(last.get(e, it), it)
+        out = {}
+        for e in sorted(first):
+            before = [last[x] for x in last if x < e]
+            if before:
+                out[e] = max(max(before) - first[e] + 1, 0)
+        return out
 
 
 def read_losses(loss_dir: Path, run: Run) -> None:
@@ -103,10 +138,10 @@ def read_losses(loss_dir: Path, run: Run) -> None:
             if "validation" in rec:
                 run.validation[int(rec["it"])] = float(rec["validation"])
                 continue
-            key = (int(rec["it"]), int(rec["mb"]))
-            if key not in run.micro or run.micro[key][0] <= rec["t"]:
-                where = (*(int(x) for x in rec["layout"]), int(rec["dp_rank"]))
-                run.micro[key] = (float(rec["t"]), float(rec["loss"]), where)
+            where = (*(int(x) for x in rec["layout"]), int(rec["dp_rank"]), int(rec["epoch"]))
+            run.records.setdefault(int(rec["it"]), []).append(
+                (float(rec["t"]), int(rec["mb"]), float(rec["loss"]), where)
+            )
 
 
 def position(loss_dir: Path) -> int:
@@ -270,13 +305,19 @@ def compare(clean: Run, faulty: Run) -> dict[str, Any]:
     a, b = clean.iteration_losses(), faulty.iteration_losses()
     common = sorted(set(a) & set(b))
     missing = sorted(set(a) ^ set(b))
-    first_reorder = next((it for it in common if faulty.layout_of(it) != clean.layout_of(it)), None)
+
+    def placed(run: Run, it: int) -> dict[tuple[int, int], tuple[int, ...]]:
+        return {k: w[:5] for k, w in run.layout_of(it).items()}  # without the epoch
+
+    first_reorder = next((it for it in common if placed(faulty, it) != placed(clean, it)), None)
     first_difference = next((it for it in common if a[it] != b[it]), None)
     until = first_reorder if first_reorder is not None else (common[-1] + 1 if common else 0)
     mismatched = [
-        key
-        for key, (_, loss, _) in clean.micro.items()
-        if key[0] < until and (key not in faulty.micro or faulty.micro[key][1] != loss)
+        (it, key)
+        for it in common
+        if it < until
+        for key, (loss, _) in clean.micro(it).items()
+        if faulty.micro(it).get(key, (None,))[0] != loss
     ]
     rel = {it: abs(b[it] - a[it]) / abs(a[it]) for it in common}
     worst = max(rel, key=lambda it: rel[it]) if rel else None
@@ -308,10 +349,11 @@ def compare(clean: Run, faulty: Run) -> dict[str, Any]:
             "iteration": common,
             "failure_free": [a[it] for it in common],
             "faulty": [b[it] for it in common],
-            "faulty_layout_tp_pp_dp": [
-                sorted({w[:3] for w in faulty.layout_of(it).values()}) for it in common
+            "faulty_layout_tp_pp_dp_micro": [
+                sorted({w[:4] for w in faulty.layout_of(it).values()}) for it in common
             ],
         },
+        "iterations_redone_per_epoch": faulty.redone(),
         "first_training_loss": a[common[0]] if common else None,
         "last_training_loss": a[common[-1]] if common else None,
     }

@@ -61,9 +61,12 @@ class BenchKnobs:
         if self.timing is not None:
             self.timing.write(json.dumps({"it": iteration, "dur": duration_s, "first": first}) + "\n")
 
-    def loss_sink(self, epoch: int, layout: tuple[int, int, int]) -> Callable[[int, int, float], None] | None:
+    def loss_sink(
+        self, epoch: int, layout: tuple[int, int, int, int]
+    ) -> Callable[[int, int, float], None] | None:
         """The training step's per-micro-batch loss callback of an epoch (None when not recording);
-        ``layout``: the epoch's (tp, pp, dp) (the rank's data-parallel rank is read here)."""
+        ``layout``: the epoch's (tp, pp, dp, micro-batch size) (the rank's data-parallel rank is read
+        here). A micro-batch index means other samples under another micro-batch size."""
         out = self.losses
         if out is None:
             return None

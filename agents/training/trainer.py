@@ -218,7 +218,8 @@ class Trainer:
             self.device,
             keep_partial_sums=self.elastic_wait_s > 0,
             loss_sink=self.knobs.loss_sink(
-                assign.epoch, (launch.parallel.tp, launch.parallel.pp, launch.parallel.dp)
+                assign.epoch,
+                (launch.parallel.tp, launch.parallel.pp, launch.parallel.dp, launch.model.micro_batch),
             ),
         )
         ckpt_root = Path(launch.checkpoint_dir) if launch.checkpoint_dir else None
