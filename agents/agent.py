@@ -216,6 +216,9 @@ class Agent:
 
     async def _stop_workers(self, cmd: StopWorkersCommand) -> str:
         await self.supervisor.stop_group(cmd.task_id, cmd.ranks, cmd.grace_s)
+        if cmd.task_ended:  # cancelled or failed: no transition will take its state from them
+            self._task_completed(cmd.task_id)
+            return f"stopped {cmd.task_id} ranks {cmd.ranks or 'all'}; its snapshots dropped"
         return f"stopped {cmd.task_id} ranks {cmd.ranks or 'all'}"
 
     async def _reconfigure(self, cmd: ReconfigureCommand) -> str:

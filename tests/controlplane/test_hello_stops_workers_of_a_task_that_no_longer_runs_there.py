@@ -8,6 +8,7 @@ from django.db import transaction
 
 from controlplane.apps.fleet.liveness import apply_hello, revive_node
 from controlplane.apps.fleet.models import AgentCommand, Node
+from controlplane.apps.fleet.outbox import command_message
 from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.core.protocol import DeviceInfo, Hello, WorkerStatus
@@ -49,6 +50,7 @@ def test_workers_of_a_task_that_moved_away_are_stopped(db: None) -> None:
         apply_hello(elsewhere.pk, _hello(task, task.epoch))  # a second hello adds no second stop
     stops = AgentCommand.objects.filter(node=elsewhere, type="stop_workers")
     assert [(c.task_id, c.task_epoch, c.state) for c in stops] == [(task.pk, task.epoch, "pending")]
+    assert command_message(stops[0]).task_ended is False  # type: ignore[union-attr]  # its snapshots stay
 
 
 def test_workers_of_a_task_allocated_on_the_node_are_left_alone(db: None) -> None:
@@ -63,7 +65,8 @@ def test_workers_of_a_finished_task_are_stopped(db: None) -> None:
     TrainingTask.objects.filter(pk=task.pk).update(state="cancelled")
     with transaction.atomic():
         apply_hello(here.pk, _hello(task, task.epoch))
-    assert AgentCommand.objects.filter(node=here, type="stop_workers", task=task).count() == 1
+    [stop] = AgentCommand.objects.filter(node=here, type="stop_workers", task=task)
+    assert command_message(stop).task_ended is True  # type: ignore[union-attr]  # its snapshots go too
 
 
 def test_a_frozen_node_back_by_heartbeat_is_told_to_stop_the_workers_of_a_task_that_moved(db: None) -> None:

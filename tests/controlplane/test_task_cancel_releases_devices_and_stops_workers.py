@@ -3,6 +3,7 @@ from __future__ import annotations
 from rest_framework.test import APIClient
 
 from controlplane.apps.fleet.models import AgentCommand, Node
+from controlplane.apps.fleet.outbox import command_message
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.apps.training.services import Placement, do_allocate_devices
 from tests.controlplane.factories import TaskFactory
@@ -26,6 +27,8 @@ def test_cancel_releases_devices_bumps_epoch_and_queues_stop_commands(
     commands = AgentCommand.objects.filter(task=task, type="stop_workers")
     assert sorted(c.node_id for c in commands) == sorted(n.pk for n in cluster)
     assert {c.task_epoch for c in commands} == {4}
+    # the task is over: the agents drop its in-memory snapshots with its workers
+    assert {command_message(c).task_ended for c in commands} == {True}  # type: ignore[union-attr]
 
 
 def test_a_finished_task_cannot_be_cancelled(db: None, operator_client: APIClient) -> None:

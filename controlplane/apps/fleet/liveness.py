@@ -119,8 +119,13 @@ def _stop_stray_workers(node: Node, workers: list[WorkerStatus]) -> None:
         ).exists():
             continue
         log.warning("node %s still runs task %s, which no longer runs there: stopping it", node.name, task.pk)
+        ended = task.state in TERMINAL_TASK_STATES  # its snapshots on the node go too
         do_enqueue_command(
-            node, CommandType.STOP_WORKERS, {"task": task.pk, "grace_s": 5.0}, task.pk, task.epoch
+            node,
+            CommandType.STOP_WORKERS,
+            {"task": task.pk, "grace_s": 5.0, "task_ended": ended},
+            task.pk,
+            task.epoch,
         )
 
 

@@ -210,7 +210,9 @@ def do_cancel_task(actor: Actor, task: TrainingTask) -> TrainingTask:
     )
     task.refresh_from_db()
     for node in _release_allocations(task, now):
-        do_enqueue_command(node, CommandType.STOP_WORKERS, {"task": task.pk}, task.pk, task.epoch)
+        do_enqueue_command(
+            node, CommandType.STOP_WORKERS, {"task": task.pk, "task_ended": True}, task.pk, task.epoch
+        )
     do_record_audit(actor, "cancel_task", task, {"state": before}, {"state": task.state})
     send_event_on_commit("task.state", task_event(task))
     request_replan("task_finished")

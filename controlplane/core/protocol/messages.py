@@ -493,6 +493,12 @@ class StopWorkersCommand(_Command):
     type: Literal["stop_workers"] = "stop_workers"
     ranks: list[int] | None = Field(default=None, description="None: all of the task's local ranks")
     grace_s: float = Field(default=5.0, ge=0)
+    task_ended: bool = Field(
+        default=False,
+        description="the task is over (cancelled, failed): the agent also deletes the task's in-memory "
+        "snapshots it holds (False: the task moves on elsewhere or is suspended, and its snapshots may "
+        "still be its state source)",
+    )
 
 
 class ReconfigureCommand(_Command):
