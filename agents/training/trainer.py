@@ -75,8 +75,10 @@ NETWORK_MARKERS = (
     "gloo",
     "NCCL",
     "connectFullMesh",
+    "EADDRINUSE",
 )
-"""Words of the errors a collective raises when a peer dies or a link drops."""
+"""Words of the errors a collective raises when a peer dies or a link drops, and of a rendezvous whose port
+another process holds (the control plane retries at a fresh port: the rank waits for that order)."""
 
 
 class _OrderReceived(Exception):

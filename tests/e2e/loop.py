@@ -293,6 +293,42 @@ class Loop:
         return "\n".join(lines) + "\n--- celery.log tail ---\n" + tail
 
 
+def _port_free(port: int) -> bool:
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.bind(("0.0.0.0", port))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def draw_next_rendezvous_port(squat: bool = False) -> tuple[int, socket.socket | None]:
+    """Make the next rendezvous port drawn a free one from the top of the range (every test database's
+    sequence starts at the bottom, so concurrent runs collide there), and the port after it free too; with
+    ``squat`` also listen on it (as another program would) and return the socket (the caller closes it)."""
+    from django.conf import settings
+
+    base, span = int(settings.UNICRON_RENDEZVOUS_PORT_BASE), int(settings.UNICRON_RENDEZVOUS_PORT_SPAN)
+    for offset in range(span - 2, 0, -1):
+        if not (_port_free(base + offset) and _port_free(base + offset + 1)):
+            continue
+        holder: socket.socket | None = None
+        if squat:
+            holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                holder.bind(("0.0.0.0", base + offset))
+            except OSError:
+                holder.close()
+                continue
+            holder.listen(8)
+        with connection.cursor() as cursor:  # nextval() then returns span + offset: port base + offset
+            cursor.execute("SELECT setval('planning_rendezvous_port_seq', %s)", [span + offset - 1])
+        return base + offset, holder
+    raise AssertionError("no two free ports in the rendezvous range")
+
+
 def test_database_url() -> str:
     """The test database as a ``DATABASE_URL`` for child processes (TCP or the embedded server's socket)."""
     return format_database_url(connection.settings_dict)

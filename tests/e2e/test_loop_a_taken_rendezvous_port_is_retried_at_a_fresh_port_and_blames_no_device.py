@@ -5,36 +5,15 @@ evidence against the device or the node (no device error, an empty failure histo
 
 from __future__ import annotations
 
-import socket
-
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.incidents.selectors import list_failure_history
 from controlplane.apps.training.models import TrainingTask
-from tests.e2e.loop import TINY_GPT, Loop
+from tests.e2e.loop import TINY_GPT, Loop, draw_next_rendezvous_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
-
-
-def _squat_next_rendezvous_port() -> tuple[socket.socket, int]:
-    """Listen on a free port of the rendezvous range and make it the next one drawn."""
-    base, span = int(settings.UNICRON_RENDEZVOUS_PORT_BASE), int(settings.UNICRON_RENDEZVOUS_PORT_SPAN)
-    for offset in range(span - 1, 0, -1):  # from the top: ports other tests draw from the bottom
-        squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            squatter.bind(("0.0.0.0", base + offset))
-        except OSError:
-            squatter.close()
-            continue
-        squatter.listen(8)
-        with connection.cursor() as cursor:  # nextval() then returns span + offset: base + offset
-            cursor.execute("SELECT setval('planning_rendezvous_port_seq', %s)", [span + offset - 1])
-        return squatter, base + offset
-    raise AssertionError("no free port in the rendezvous range")
 
 
 def _iteration(task: TrainingTask) -> int:
@@ -48,7 +27,8 @@ def test_a_taken_rendezvous_port(loop: Loop) -> None:
     )
     node = loop.add_node(1, worker="megatron")
     loop.wait_nodes_healthy(1)
-    squatter, port = _squat_next_rendezvous_port()
+    port, squatter = draw_next_rendezvous_port(squat=True)
+    assert squatter is not None
     try:
         task = loop.submit("port", TINY_GPT, min_workers=1, max_workers=1, total_iterations=100000)
         taken = loop.wait(
