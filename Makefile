@@ -54,6 +54,7 @@ bench: install
 	$(BIN)/python bench/transition.py
 	$(BIN)/python bench/spares.py
 	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/quality.py
 	$(BIN)/python -m controlplane.core.sim all
 
 clean-run:

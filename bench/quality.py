@@ -391,9 +391,8 @@ def plot(clean: Run, faulty: Run, verdict: dict[str, Any], out: Path) -> None:
         )
     top.set_ylabel("training loss (nats/token)")
     top.legend(fontsize=8)
-    top.set_title(
-        "Same recipe and seed: failure-free vs crash, exception, hang, node loss, repair, straggler"
-    )
+    kinds = ", ".join(f.kind.replace("_", " ") for f in faulty.faults) or "no faults"
+    top.set_title(f"Same recipe and seed: failure-free vs {kinds}")
     common = sorted(set(a) & set(b))
     bottom.semilogy(
         common, [max(abs(b[i] - a[i]) / abs(a[i]), 1e-12) for i in common], color="#555", linewidth=0.8
