@@ -80,14 +80,20 @@ def prepare_demo_corpus(root: Path, say: Callable[[str], None]) -> DemoData:
         say(f"preparing the demo corpus (CPython documentation) in {prefix.parent} ...")
         t0 = time.monotonic()
         corpus = write_corpus(root / "pydoc-corpus")
+        phases: set[str] = set()
+
+        def progress(phase: str, _n: int) -> None:
+            if phase not in phases:
+                phases.add(phase)
+                say(f"  {phase} ...")
+
         summary = prepare(
-            [corpus.path],
-            prefix,
-            train_vocab_size=DEMO_VOCAB,
-            append_eod=True,
-            progress=lambda phase, n: say(f"  {phase}: {n:,}") if n and n % 500 == 0 else None,
+            [corpus.path], prefix, train_vocab_size=DEMO_VOCAB, append_eod=True, progress=progress
         )
-        say(f"demo corpus ready in {time.monotonic() - t0:.1f} s: {summary}")
+        say(
+            f"demo corpus ready in {time.monotonic() - t0:.1f} s: {summary.documents} documents, "
+            f"{summary.tokens:,} tokens, a {summary.vocab_size:,}-token BPE vocabulary"
+        )
     return DemoData(str(prefix), str(tokenizer), DEMO_VOCAB, str(root / "checkpoints"))
 
 
