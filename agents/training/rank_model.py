@@ -125,13 +125,15 @@ class RankModel:
 
     # ------------------------------------------------------------------ building
     def build(self, assign: WorkerAssignment) -> None:
-        """A fresh GPT model for the assignment's layout (seeded: every rank starts identical)."""
+        """A fresh model for the assignment's layout from the recipe's model provider (the built-in GPT
+        unless ``model.provider`` names another, :mod:`agents.training.provider`), seeded: every rank
+        starts identical."""
         import torch
         from megatron.core import parallel_state
-        from megatron.core.models.gpt import GPTModel
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
         from megatron.core.tensor_parallel import get_cuda_rng_tracker, model_parallel_cuda_manual_seed
         from megatron.core.transformer import TransformerConfig
+
+        from agents.training.provider import ProviderContext, build_model
 
         launch = assign.launch
         spec, par = launch.model, launch.parallel
@@ -153,19 +155,16 @@ class RankModel:
             calculate_per_token_loss=True,
             **architecture_options(arch),
         )
-        self.model = GPTModel(
-            config=self.config,
-            transformer_layer_spec=get_gpt_layer_local_spec(
-                normalization=arch.normalization if arch is not None else "LayerNorm"
+        self.model = build_model(
+            arch.provider if arch is not None else None,
+            ProviderContext(
+                section=arch,
+                config=self.config,
+                pre_process=parallel_state.is_pipeline_first_stage(),
+                post_process=parallel_state.is_pipeline_last_stage(),
+                vocab_size=spec.vocab,
+                seq_length=spec.seq_len,
             ),
-            vocab_size=spec.vocab,
-            max_sequence_length=spec.seq_len,
-            pre_process=parallel_state.is_pipeline_first_stage(),
-            post_process=parallel_state.is_pipeline_last_stage(),
-            share_embeddings_and_output_weights=arch is not None and not arch.untie_embeddings,
-            position_embedding_type="rope"
-            if arch is not None and arch.position_embedding == "rope"
-            else "learned_absolute",
         )
         if self.on_gpu:
             self.model.cuda()

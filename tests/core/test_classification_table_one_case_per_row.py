@@ -15,6 +15,16 @@ from controlplane.core.failures import (
 
 EX = DetectorKind.EXCEPTION
 CASES: dict[str, tuple[Evidence, Severity, Action]] = {
+    "recipe-unusable": (
+        Evidence(
+            EX,
+            exception_type="agents.training.provider.ProviderError",
+            message="model.provider: cannot import 'mypkg.models' "
+            "(ModuleNotFoundError: No module named 'mypkg')",
+        ),
+        Severity.SEV2,
+        Action.RESTART_PROCESSES,
+    ),
     "node-heartbeat-lost": (
         Evidence(DetectorKind.HEARTBEAT, node="n1"),
         Severity.SEV1,
@@ -147,10 +157,12 @@ CONSEQUENCES = frozenset(
         "connection-message",
         "gloo-transport",
         "rendezvous-port-in-use",
+        "recipe-unusable",
     }
 )
-"""Rows whose evidence is a peer's failure seen through a collective, or the epoch's rendezvous port taken
-by another process: everything else blames the rank (or the node) that reported it."""
+"""Rows whose evidence is a peer's failure seen through a collective, the epoch's rendezvous port taken
+by another process, or a recipe no node can run: everything else blames the rank (or the node) that
+reported it."""
 
 
 def test_every_row_of_the_table_has_exactly_one_case() -> None:

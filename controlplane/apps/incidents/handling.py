@@ -28,10 +28,21 @@ from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane.apps.common.triggers import request_failure_handling
-from controlplane.apps.fleet.choices import DEVICE_MACHINE, NODE_MACHINE, DeviceState, NodeState
+from controlplane.apps.common.triggers import request_failure_handling, request_replan
+from controlplane.apps.fleet.choices import (
+    DEVICE_MACHINE,
+    NODE_MACHINE,
+    CommandType,
+    DeviceState,
+    NodeState,
+)
 from controlplane.apps.fleet.models import Device, Node
-from controlplane.apps.fleet.services import do_quarantine_node, do_set_device_state, do_set_node_state
+from controlplane.apps.fleet.services import (
+    do_enqueue_command,
+    do_quarantine_node,
+    do_set_device_state,
+    do_set_node_state,
+)
 from controlplane.apps.incidents.choices import Action, Detector, Severity
 from controlplane.apps.incidents.claims import claim_handling, hold_claim, release_claim
 from controlplane.apps.incidents.models import FailureEvent
@@ -148,6 +159,9 @@ def _handle_claimed(event_id: int) -> Handled:
         .exclude(action=Action.NONE)
         .select_related("node")
     )
+    unusable = [e for e in [ev, *group] if failures.fails_the_task(stored_classification(e))]
+    if unusable:
+        return _fail_task(task, unusable[0], [ev, *group])
     tolerated = _tolerate_stragglers([e for e in group if e.kind == "straggler"], task)
     if ev.pk in tolerated:
         return Handled("straggler tolerated: running without its device is worth less")
@@ -204,6 +218,31 @@ def _handle_claimed(event_id: int) -> Handled:
             return Handled("task failed: too many escalations")
         primary, absorbed = escalated, [primary, *absorbed]
     return _act(primary, absorbed, task)
+
+
+def _fail_task(task: TrainingTask, cause: FailureEvent, events: list[FailureEvent]) -> Handled:
+    """A recipe no node can run (:data:`controlplane.core.failures.TASK_FAILURES`): the task fails once,
+    with the worker's reason in the operator alert; its running transition fails without escalation,
+    its events are resolved and its nodes stop its workers (and drop its snapshots)."""
+    reason = stored_evidence(cause).message or cause.summary
+    running = Transition.objects.filter(task=task, state=TransitionState.RUNNING).first()
+    if running is not None:
+        fail_transition(running, f"the task failed: {reason}", None, escalate=False)
+    for e in events:
+        _mark_handled(e, cause, resolve=True)
+    nodes = list(
+        Node.objects.filter(devices__allocations__task=task, devices__allocations__active=True).distinct()
+    )
+    task = do_set_task_state(task, TaskState.FAILED)
+    for node in nodes:
+        do_enqueue_command(
+            node, CommandType.STOP_WORKERS, {"task": task.pk, "task_ended": True}, task.pk, task.epoch
+        )
+    do_raise_alert(
+        Severity.SEV2, f"Task {task.name} (#{task.pk}) failed: {reason}"[:1000], source_event=cause, node=None
+    )
+    request_replan("task_finished")
+    return Handled(f"task {task.pk} failed: {reason}")
 
 
 def _tolerate_stragglers(events: list[FailureEvent], task: TrainingTask) -> set[int]:

@@ -11,7 +11,9 @@
 from controlplane.core.failures.classification import (
     ACTION_FOR,
     DEFAULT_RULE,
+    RECIPE_UNUSABLE,
     RULES,
+    TASK_FAILURES,
     Action,
     Blame,
     Category,
@@ -26,6 +28,7 @@ from controlplane.core.failures.classification import (
     classify,
     classify_evidence,
     escalate_on_probation,
+    fails_the_task,
     reclassify,
     should_quarantine,
 )
@@ -45,7 +48,9 @@ from controlplane.core.failures.detectors import (
 __all__ = [
     "ACTION_FOR",
     "DEFAULT_RULE",
+    "RECIPE_UNUSABLE",
     "RULES",
+    "TASK_FAILURES",
     "Action",
     "Blame",
     "Category",
@@ -67,6 +72,7 @@ __all__ = [
     "classify_evidence",
     "escalate_on_probation",
     "expired_nodes",
+    "fails_the_task",
     "heartbeat_deadline",
     "heartbeat_expired",
     "mass_silence",

@@ -222,7 +222,22 @@ PORT_IN_USE = "rendezvous-port-in-use"
 not a failed recovery and never escalates."""
 _CRASH_SIGNALS = frozenset({_signal.SIGSEGV, _signal.SIGBUS, _signal.SIGABRT, _signal.SIGILL, _signal.SIGFPE})
 
+RECIPE_UNUSABLE = "recipe-unusable"
+"""The row of a recipe the worker cannot use: its model provider cannot be imported, is not callable or
+builds no Megatron-Core module (``ProviderError``), or its data cannot be read (``DatasetError``). Every
+node and every restart would fail the same way: the task fails at once (:func:`fails_the_task`), and
+neither the node nor the device is blamed."""
+TASK_FAILURES = frozenset({RECIPE_UNUSABLE})
+"""The rows whose evidence fails the task instead of recovering it."""
+
 RULES: tuple[Rule, ...] = (
+    # --- the task itself: a recipe no node can run ---------------------------------------------------
+    Rule(RECIPE_UNUSABLE, Severity.SEV2, Category.USER,
+         "the recipe names a model provider or data the worker cannot use: the task fails "
+         "(a restart would fail the same way)",
+         detectors=frozenset({_S.EXCEPTION}),
+         exception_types=frozenset({"ProviderError", "DatasetError"}),
+         blame=Blame.CONSEQUENCE),
     # --- sev1: node and hardware ----------------------------------------------------------------
     Rule("node-heartbeat-lost", Severity.SEV1, Category.NODE,
          "agent heartbeats stopped: node crash, agent death or partition",
@@ -342,6 +357,11 @@ class Classification:
             else _enum(Severity, escalated, "classification.escalated_from"),
             blame=_enum(Blame, d.get("blame", blame_of_rule(str(d.get("rule")))), "classification.blame"),
         )
+
+
+def fails_the_task(c: Classification) -> bool:
+    """Whether a classification fails its task outright (:data:`TASK_FAILURES`) instead of recovering."""
+    return c.rule.replace("_", "-") in TASK_FAILURES
 
 
 def blame_of_rule(rule: str) -> Blame:

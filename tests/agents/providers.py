@@ -1,0 +1,45 @@
+"""Model providers for tests (``model.provider: tests.agents.providers:<function>``).
+
+:func:`qk_norm_gpt` is a model other than the built-in GPT: a GPT whose layers are a different
+Megatron-Core layer spec — queries and keys normalized per head (QK layernorm) before the rotary
+positions, RMSNorm everywhere, untied embeddings — whatever the recipe's model section says about
+normalization, positions or tying. The others are what a broken provider looks like.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agents.training.provider import ProviderContext
+
+if TYPE_CHECKING:
+    from megatron.core.transformer.module import MegatronModule
+
+
+def qk_norm_gpt(ctx: ProviderContext) -> MegatronModule:
+    """A GPT with QK layernorm, RMSNorm, rotary positions and untied embeddings."""
+    from dataclasses import replace
+
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    return GPTModel(
+        config=replace(ctx.config, normalization="RMSNorm"),
+        transformer_layer_spec=get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm"),
+        vocab_size=ctx.vocab_size,
+        max_sequence_length=ctx.seq_length,
+        pre_process=ctx.pre_process,
+        post_process=ctx.post_process,
+        share_embeddings_and_output_weights=False,
+        position_embedding_type="rope",
+    )
+
+
+def not_a_module(ctx: ProviderContext) -> object:
+    """Returns a plain ``torch.nn.Linear``: no Megatron-Core module, no ``sharded_state_dict``."""
+    import torch
+
+    return torch.nn.Linear(ctx.config.hidden_size, ctx.vocab_size)
+
+
+NOT_CALLABLE = 42
