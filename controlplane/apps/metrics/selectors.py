@@ -259,6 +259,11 @@ class Summary:
     detection_samples: int
     mean_transition_s: float | None
     transitions_24h: int
+    optimum_tasks: int = 0
+    """Tasks the healthy-cluster optimum plans for (pending, running, reconfiguring, suspended)."""
+    optimum_tasks_measured: int = 0
+    """Of those, the tasks whose throughput is calibrated from their measured iteration times (the rest
+    are planned with a modelled throughput)."""
 
     @property
     def share_of_optimum(self) -> float | None:
@@ -291,6 +296,9 @@ def get_summary(now: datetime | None = None) -> Summary:
         row["severity"]: row["n"]
         for row in primary.values("severity").annotate(n=Count("id")).order_by("severity")
     }
+    planned = TrainingTask.objects.filter(
+        state__in=[TaskState.PENDING, TaskState.RUNNING, TaskState.RECONFIGURING, TaskState.SUSPENDED]
+    ).aggregate(n=Count("id"), measured=Count("id", filter=Q(throughput_table__has_key="efficiency")))
     transitions = Transition.objects.filter(
         state=TransitionState.COMPLETED,
         finished_at__gt=day,
@@ -309,6 +317,8 @@ def get_summary(now: datetime | None = None) -> Summary:
         detection_samples=counts["latency_n"],
         mean_transition_s=transitions["mean"],
         transitions_24h=transitions["n"],
+        optimum_tasks=planned["n"],
+        optimum_tasks_measured=planned["measured"],
     )
 
 

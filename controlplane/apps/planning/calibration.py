@@ -13,12 +13,64 @@ from controlplane.apps.training.choices import TaskState
 from controlplane.apps.training.models import Allocation
 
 CALIBRATION_SAMPLES = 20
+CALIBRATE_AFTER_SAMPLES = 5
+"""Iteration times a running task needs in a layout before that layout's first calibration."""
 
 
-def recalibrate_tasks(view: ClusterView) -> int:
+def layout_key(cfg: dict[str, Any], micro_batch: int) -> str | None:
+    """The key a measurement of parallel config ``cfg`` is stored under (None: no layout yet)."""
+    if not cfg.get("tp"):
+        return None
+    return (
+        f"{int(cfg['tp'])}-{int(cfg['pp'])}-{int(cfg['dp'])}-{int(cfg.get('micro_batch', micro_batch))}"
+        f"-{int(cfg.get('num_micro_batches', 1))}"
+    )
+
+
+def calibrate_new_layouts() -> int:
+    """Calibrate every running task whose current layout has no measurement yet, once it has
+    :data:`CALIBRATE_AFTER_SAMPLES` iteration times in it (the beat's transition check calls this every
+    second; a task already measured in its layout costs one JSON look-up). Without it a task launched by
+    the only plan of a quiet cluster would keep the modelled throughput, and the healthy-cluster
+    optimum with it, until the next re-plan. Returns how many tasks were calibrated."""
+    from django.db import transaction
+
+    from controlplane.apps.metrics.choices import MetricKind
+    from controlplane.apps.metrics.models import MetricSample
+    from controlplane.apps.planning.selectors import load_cluster
+    from controlplane.apps.training.models import TrainingTask
+
+    due: set[int] = set()
+    for task in TrainingTask.objects.filter(state=TaskState.RUNNING).only(
+        "pk", "parallel_config", "throughput_table", "micro_batch_size"
+    ):
+        key = layout_key(task.parallel_config or {}, task.micro_batch_size)
+        stored: Any = task.throughput_table if isinstance(task.throughput_table, dict) else {}
+        measured = {m.get("key") for m in stored.get("measurements") or [] if isinstance(m, dict)}
+        if key is None or key in measured:
+            continue
+        since = (
+            Allocation.objects.filter(task=task, active=True)
+            .order_by("created_at")
+            .values_list("created_at", flat=True)
+            .first()
+        )
+        if since is None:
+            continue
+        samples = MetricSample.objects.filter(task=task, kind=MetricKind.ITERATION_TIME, at__gte=since)
+        if samples[:CALIBRATE_AFTER_SAMPLES].count() >= CALIBRATE_AFTER_SAMPLES:
+            due.add(task.pk)
+    if not due:
+        return 0
+    with transaction.atomic():
+        return recalibrate_tasks(load_cluster(), only=due)
+
+
+def recalibrate_tasks(view: ClusterView, only: set[int] | None = None) -> int:
     """Fit each running task's efficiency factors to its measured iteration times (median of the last
     samples since its current epoch began, per parallel config it ran) and store them with the table
-    they give. Returns how many tasks were recalibrated. The next problem built uses them."""
+    they give. Returns how many tasks were recalibrated. The next problem built uses them.
+    ``only``: the tasks to look at (None: every running task)."""
     import statistics
 
     from controlplane.apps.metrics.choices import MetricKind
@@ -30,7 +82,7 @@ def recalibrate_tasks(view: ClusterView) -> int:
     count = 0
     for task in view.tasks:
         cfg = task.parallel_config or {}
-        if task.state != TaskState.RUNNING or not cfg.get("tp"):
+        if task.state != TaskState.RUNNING or not cfg.get("tp") or (only is not None and task.pk not in only):
             continue
         since = (
             Allocation.objects.filter(task=task, active=True)
@@ -62,7 +114,7 @@ def recalibrate_tasks(view: ClusterView) -> int:
             if stored.get("device_kind") == view.device_kind and isinstance(m, dict)
             for json_key in [m.get("key")]
         }
-        key = f"{core_cfg.tp}-{core_cfg.pp}-{core_cfg.dp}-{core_cfg.micro_batch}-{core_cfg.num_micro_batches}"
+        key = layout_key(cfg, task.micro_batch_size)
         known[key] = {
             "key": key,
             "config": parallel_config_json(core_cfg),

@@ -6,7 +6,8 @@
   the plans of the likely next events precomputed for the new state and shared.
 - ``planning.advance_transition``: an ack or a report arrived for a transition.
 - ``planning.check_transitions``: beat, every second (migration 0003): advance, time out, reconcile (re-plan
-  requests left listed get a message).
+  requests left listed get a message), and calibrate a running task in a layout it has no measurement of
+  once it has a few iteration times there.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from celery import shared_task
 
+from controlplane.apps.planning.calibration import calibrate_new_layouts
 from controlplane.apps.planning.coalescing import do_coalesced_replan, request_listed_replans
 from controlplane.apps.planning.transitions import advance_transition, check_transitions
 
@@ -34,4 +36,5 @@ def advance_transition_task(transition_id: int) -> str:
 def check_transitions_task() -> dict[str, int]:
     counts = check_transitions()
     counts["replans_requested"] = int(request_listed_replans())
+    counts["calibrated"] = calibrate_new_layouts()
     return counts

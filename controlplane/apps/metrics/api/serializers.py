@@ -79,6 +79,11 @@ class SummarySerializer(serializers.Serializer[Any]):
     share_of_optimum = serializers.FloatField(
         allow_null=True, help_text="waf ÷ optimum (null when either is unknown or the optimum is 0)."
     )
+    optimum_tasks = serializers.IntegerField(help_text="Tasks the optimum plans for.")
+    optimum_tasks_measured = serializers.IntegerField(
+        help_text="Of those, tasks planned with their measured throughput (calibrated from their iteration "
+        "times); the others with the modelled one."
+    )
     goodput_1h = serializers.FloatField(
         allow_null=True,
         source="goodput_1h.ratio",

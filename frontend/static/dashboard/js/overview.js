@@ -101,11 +101,23 @@ function onSamples(p) {
 // ---- headline figures: GET /api/v1/summary/ (computed in SQL) ---------------------------------------
 let summary = null;
 
+// Which throughput the optimum rests on: measured (calibrated from iteration times) or modelled.
+function optimumBasis() {
+  if (!summary || !summary.optimum_tasks) return "";
+  const n = summary.optimum_tasks, m = summary.optimum_tasks_measured;
+  if (m === n) return " · measured throughput";
+  if (m === 0) return " · modelled throughput (no task measured yet)";
+  return ` · measured for ${m} of ${n} tasks, modelled for the rest`;
+}
+
 function showWaf(achieved, optimum) {
   $("#fig-waf").textContent = fmtFlops(achieved);
   const best = optimum ?? summary?.optimum?.value ?? null;
   $("#fig-waf-share").textContent = achieved !== null && achieved !== undefined && best
-    ? `${fmtPct(achieved / best)} of optimum (${fmtFlops(best)})` : "optimum unknown";
+    ? `${fmtPct(achieved / best)} of optimum (${fmtFlops(best)})${optimumBasis()}` : "optimum unknown";
+  $("#fig-waf-share").title = "Cluster WAF is measured (the workers' achieved FLOP/s). The optimum is the " +
+    "planner's best plan for a healthy cluster: measured throughput for tasks that have run in a layout, " +
+    "modelled for the others.";
 }
 
 function renderSummary(s) {
