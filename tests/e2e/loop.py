@@ -305,10 +305,12 @@ def _port_free(port: int) -> bool:
 
 
 def draw_next_rendezvous_port(squat: bool = False) -> tuple[int, socket.socket | None]:
-    """Make the next rendezvous port drawn a free one from the top of the range (every test database's
-    sequence starts at the bottom, so concurrent runs collide there), and the port after it free too; with
-    ``squat`` also listen on it (as another program would) and return the socket (the caller closes it)."""
+    """Make the next rendezvous port drawn a free one (from the top of the range, the port after it free too),
+    whatever other runs on this host hold; with ``squat`` also listen on it (as another program would) and
+    return the socket (the caller closes it)."""
     from django.conf import settings
+
+    from controlplane.apps.planning.launch import rendezvous_port_of, rendezvous_port_offset
 
     base, span = int(settings.UNICRON_RENDEZVOUS_PORT_BASE), int(settings.UNICRON_RENDEZVOUS_PORT_SPAN)
     for offset in range(span - 2, 0, -1):
@@ -323,8 +325,10 @@ def draw_next_rendezvous_port(squat: bool = False) -> tuple[int, socket.socket |
                 holder.close()
                 continue
             holder.listen(8)
-        with connection.cursor() as cursor:  # nextval() then returns span + offset: port base + offset
-            cursor.execute("SELECT setval('planning_rendezvous_port_seq', %s)", [span + offset - 1])
+        n = 2 * span + (offset - rendezvous_port_offset()) % span  # the sequence value of that port
+        assert rendezvous_port_of(n) == base + offset
+        with connection.cursor() as cursor:  # nextval() then returns n
+            cursor.execute("SELECT setval('planning_rendezvous_port_seq', %s)", [n - 1])
         return base + offset, holder
     raise AssertionError("no two free ports in the rendezvous range")
 

@@ -24,16 +24,18 @@ def _iteration(task: TrainingTask) -> int:
 
 
 def test_a_survivor_whose_new_port_is_taken(loop: Loop) -> None:
-    # rank 1 dials the squatter as its store and waits for an answer until the rendezvous timeout
+    # Rank 1 dials the squatter as its store and waits for an answer until the rendezvous timeout, kept short
+    # for that; both ranks come from warm spares, so that the launch's rendezvous is quick on a loaded host.
     loop.restart_worker(
         UNICRON_RESUME_DEADLINE_S="150",
         UNICRON_STEP_DEADLINE_S="60",
         UNICRON_CHECKPOINT_INTERVAL="0",
-        UNICRON_RENDEZVOUS_TIMEOUT_S="10",
+        UNICRON_RENDEZVOUS_TIMEOUT_S="20",
     )
+    loop.env["UNICRON_SPARES"] = "2"
     node = loop.add_node(2, worker="megatron")
     loop.wait_nodes_healthy(1)
-    draw_next_rendezvous_port()  # the launch's port: clear of other runs' (their sequences start low too)
+    draw_next_rendezvous_port()  # the launch's port: clear of the ports other runs on this host hold
     task = loop.submit("port2", TINY_GPT, min_workers=2, max_workers=2, total_iterations=100000)
     loop.wait_running(task, timeout=150)
     loop.wait("some iterations", lambda: _iteration(task) > 3, 120)

@@ -4,6 +4,7 @@ in the outbox and the transition's steps, in one transaction (docs/ARCHITECTURE.
 from __future__ import annotations
 
 import uuid
+import zlib
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -67,7 +68,21 @@ def next_rendezvous_port() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT nextval('planning_rendezvous_port_seq')")
         (n,) = cursor.fetchone()
-    return int(settings.UNICRON_RENDEZVOUS_PORT_BASE) + int(n) % int(settings.UNICRON_RENDEZVOUS_PORT_SPAN)
+    return rendezvous_port_of(int(n))
+
+
+def rendezvous_port_offset() -> int:
+    """Where this database's ports start in the range: every database's sequence starts at 1, so control
+    planes whose workers share hosts (concurrent test runs, a staging and a production plane) would
+    otherwise draw the same ports in the same order. Fixed by the database's name."""
+    name = str(connection.settings_dict.get("NAME") or "")
+    return zlib.crc32(name.encode()) % int(settings.UNICRON_RENDEZVOUS_PORT_SPAN)
+
+
+def rendezvous_port_of(n: int) -> int:
+    """The port of the sequence's ``n``-th value."""
+    span = int(settings.UNICRON_RENDEZVOUS_PORT_SPAN)
+    return int(settings.UNICRON_RENDEZVOUS_PORT_BASE) + (n + rendezvous_port_offset()) % span
 
 
 def parallel_config_json(cfg: Any) -> dict[str, Any]:
