@@ -12,11 +12,14 @@ from pathlib import Path
 from agents.training.hook import TrainingHook
 from agents.training.rank_model import RankModel
 from controlplane.core.protocol import StateSource
-from controlplane.core.transitions.checkpoints import checkpoint_dir, latest_checkpoint, mark_latest
+from controlplane.core.transitions.checkpoints import checkpoint_dir, latest_checkpoint, mark_latest, prune
 
 
-def save_checkpoint(state: RankModel, root: Path, iteration: int, rank: int, hook: TrainingHook) -> None:
-    """Every rank saves its shards of ``iteration``; rank 0 then marks it the latest."""
+def save_checkpoint(
+    state: RankModel, root: Path, iteration: int, rank: int, hook: TrainingHook, keep: int = 0
+) -> None:
+    """Every rank saves its shards of ``iteration``; rank 0 then marks it the latest and removes all but
+    the ``keep`` newest (0: keeps all)."""
     import torch.distributed as dist
     from megatron.core import dist_checkpointing
 
@@ -31,6 +34,7 @@ def save_checkpoint(state: RankModel, root: Path, iteration: int, rank: int, hoo
             mark_latest(root, iteration)
             size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
             hook.checkpoint_saved(iteration, str(path), size)  # hook
+            prune(root, keep)
 
 
 def load_checkpoint(state: RankModel, path: Path, hook: TrainingHook) -> int:

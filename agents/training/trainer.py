@@ -271,7 +271,7 @@ class Trainer:
                 and launch.checkpoint_interval
                 and (it + 1) % launch.checkpoint_interval == 0
             ):
-                save_checkpoint(state, ckpt_root, it, assign.rank, hook)
+                save_checkpoint(state, ckpt_root, it, assign.rank, hook, keep=launch.checkpoint_keep)
             it = self.next_it
 
     def _send_report(self, it: int, first_s: float) -> None:

@@ -116,7 +116,12 @@ def demo_recipe(name: str, data: DemoData) -> dict[str, Any]:
         },
         "optimizer": {"name": "adamw", "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.01, "clip_grad": 1.0},
         "schedule": {"lr": 3e-3, "min_lr": 3e-4, "warmup_iterations": 20, "decay_style": "cosine"},
-        "checkpoint": {"directory": str(Path(data.checkpoints) / name), "interval": 200, "keep": 2},
+        # a directory of this submission's own: a restarted demo's new task never finds an old one's
+        "checkpoint": {
+            "directory": str(Path(data.checkpoints) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"),
+            "interval": 200,
+            "keep": 2,
+        },
         "eval": {"interval": 50, "iterations": 4},
         "seed": 1234,
         "train_iterations": 20_000,

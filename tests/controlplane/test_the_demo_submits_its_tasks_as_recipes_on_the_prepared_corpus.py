@@ -54,7 +54,9 @@ def test_the_demo_tasks_are_recipes_on_the_corpus(
         recipe = t.recipe
         assert recipe["data"]["blend"] == [{"path_prefix": data.prefix, "weight": 1.0}]
         assert recipe["data"]["tokenizer"] == data.tokenizer
-        assert recipe["checkpoint"]["directory"] == str(Path(data.checkpoints) / t.name)
+        assert Path(recipe["checkpoint"]["directory"]).parent == Path(data.checkpoints)
+        assert Path(recipe["checkpoint"]["directory"]).name.startswith(f"{t.name}-")
+        assert recipe["checkpoint"]["keep"] == 2
         assert recipe["eval"]["interval"] == 50
         assert (t.vocab_size, t.num_layers, t.hidden_size) == (
             DEMO_VOCAB,

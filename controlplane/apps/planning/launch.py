@@ -261,7 +261,12 @@ def start_transition(
             rendezvous=rendezvous,
             iterations=int(task.total_iterations),
             checkpoint_dir=checkpoint_dir(task),
-            checkpoint_interval=int(settings.UNICRON_CHECKPOINT_INTERVAL),
+            checkpoint_interval=(
+                recipe.checkpoint.interval
+                if recipe.checkpoint is not None
+                else int(settings.UNICRON_CHECKPOINT_INTERVAL)
+            ),
+            checkpoint_keep=recipe.checkpoint.keep if recipe.checkpoint is not None else 0,
             collective_timeout_s=float(settings.UNICRON_COLLECTIVE_TIMEOUT_S),
             state_sources=[by_rank_source[p.rank] for p in ranks if p.rank in by_rank_source],
             snapshot_interval=int(settings.UNICRON_SNAPSHOT_INTERVAL),

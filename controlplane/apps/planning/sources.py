@@ -17,7 +17,7 @@ from controlplane.apps.planning.selectors import (
     HeldDevice,
 )
 from controlplane.apps.training.models import TrainingTask
-from controlplane.apps.training.selectors import latest_checkpoint_iteration
+from controlplane.apps.training.selectors import get_task_recipe, latest_checkpoint_iteration
 from controlplane.core.orchestration import Layout, RankPlacement
 from controlplane.core.protocol import (
     SnapshotInfo,
@@ -28,6 +28,11 @@ from controlplane.core.transitions.snapshots import complete_snapshot_copies
 
 
 def checkpoint_dir(task: TrainingTask) -> str:
+    """The task's checkpoint root: its recipe's ``checkpoint.directory``, else ``task-{id}`` under the
+    deployment's ``UNICRON_CHECKPOINT_ROOT``."""
+    section = get_task_recipe(task).checkpoint
+    if section is not None:
+        return section.directory
     return str(Path(str(settings.UNICRON_CHECKPOINT_ROOT)) / f"task-{task.pk}")
 
 

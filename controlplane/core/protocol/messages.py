@@ -183,6 +183,7 @@ class WorkerLaunch(_Model):
     seed: int = 1234
     checkpoint_dir: str | None = None
     checkpoint_interval: int = Field(default=0, ge=0, description="0: never save")
+    checkpoint_keep: int = Field(default=0, ge=0, description="newest checkpoints kept on disk; 0: all")
     collective_timeout_s: float = Field(default=60.0, gt=0)
     state_sources: list[StateSource] = Field(default_factory=list)
     snapshot_interval: int = Field(default=0, ge=0, description="in-memory snapshot every K; 0: off")

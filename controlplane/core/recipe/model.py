@@ -246,7 +246,8 @@ class Recipe(_Section):
     optimizer: OptimizerSection = OptimizerSection()
     schedule: ScheduleSection
     checkpoint: CheckpointSection | None = None
-    """None: no checkpoints."""
+    """None: the deployment's default (every ``UNICRON_CHECKPOINT_INTERVAL`` iterations under
+    ``UNICRON_CHECKPOINT_ROOT/task-{id}``, all kept; interval 0: none)."""
     eval: EvalSection | None = None
     """None: no evaluation."""
     seed: NonNegativeInt = 1234

@@ -28,6 +28,30 @@ def latest_checkpoint(root: Path) -> tuple[int, Path] | None:
     return (iteration, path) if path.is_dir() else None
 
 
+def saved_iterations(root: Path) -> list[int]:
+    """The iterations with a checkpoint directory under ``root``, ascending."""
+    out = []
+    for d in root.iterdir() if root.is_dir() else []:
+        if d.is_dir() and d.name.startswith("iter_") and d.name[5:].isdigit():
+            out.append(int(d.name[5:]))
+    return sorted(out)
+
+
+def prune(root: Path, keep: int) -> list[int]:
+    """Remove all but the ``keep`` newest checkpoints up to the one the marker names (never it, never a
+    newer one, which may still be written); returns the iterations removed."""
+    import shutil
+
+    latest = latest_checkpoint(root)
+    if latest is None or keep < 1:
+        return []
+    older = [it for it in saved_iterations(root) if it <= latest[0]]
+    gone = older[: max(len(older) - keep, 0)]
+    for it in gone:
+        shutil.rmtree(checkpoint_dir(root, it), ignore_errors=True)
+    return gone
+
+
 def mark_latest(root: Path, iteration: int) -> None:
     """Name ``iteration`` the newest complete checkpoint (atomically: a reader sees old or new)."""
     tmp = root / f"{LATEST_MARKER}.tmp"
