@@ -116,12 +116,14 @@ def main(argv: list[str]) -> int:
         page.click("[data-testid=submit-task]")
         page.wait_for_selector("[data-field-error=max_workers]")
         page.screenshot(path=str(out / "task-submit-errors.png"))
-        # the detail of the task with the most reconfigurations shown first in the list
+        # the detail of the first running task in the list (its loss curve), else of the first task
         page.goto(f"{base}/tasks/")
         page.wait_for_selector("[data-testid=task-row]")
-        page.locator("[data-testid=task-row] a").first.click()
+        running = page.locator("[data-testid=task-row]", has_text="running")
+        rows = running if running.count() else page.locator("[data-testid=task-row]")
+        rows.first.locator("a").first.click()
         page.wait_for_selector("#chart-iter .u-over")
-        page.wait_for_timeout(1200)
+        page.wait_for_timeout(2500)
         page.screenshot(path=str(out / "task-detail.png"), full_page=True)
         page.goto(f"{base}/alerts/")
         page.wait_for_selector("[data-testid=alert-row]")
