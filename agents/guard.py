@@ -16,7 +16,11 @@ write end, the guard reads EOF, SIGKILLs every process whose environment carries
 none is left), and exits. An agent that stops normally closes the pipe itself after stopping its
 workers, and the guard's sweep finds nothing or the stragglers.
 
-Run by the agent as ``python -m agents.guard ID`` (stdlib only: it starts in milliseconds).
+The agent also names its snapshot root (``/dev/shm/unicron-snapshots-...``): once the processes are gone
+the guard removes the directories in it that hold no file, the root included. Snapshots themselves stay (an
+agent restarted with the same run directory finds them again); an agent that held none leaves nothing.
+
+Run by the agent as ``python -m agents.guard ID [DIRECTORY ...]`` (stdlib only: it starts in milliseconds).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 ENV_AGENT_INSTANCE = "UNICRON_AGENT_INSTANCE"
 SWEEP_ROUNDS = 50
@@ -68,6 +73,15 @@ def sweep(instance: str, rounds: int = SWEEP_ROUNDS, pause_s: float = SWEEP_PAUS
     return len(killed)
 
 
+def remove_empty_dirs(root: Path) -> None:
+    """Remove the directories under ``root`` that hold no file (deepest first), then ``root`` if empty."""
+    if not root.is_dir():
+        return
+    for path, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):  # not empty, or gone
+            os.rmdir(path)
+
+
 def _zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -79,8 +93,11 @@ def _zombie(pid: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not args[0]:
-        print("usage: python -m agents.guard AGENT_INSTANCE_ID (started by the agent)", file=sys.stderr)
+    if not args or not args[0]:
+        print(
+            "usage: python -m agents.guard AGENT_INSTANCE_ID [DIRECTORY ...] (started by the agent)",
+            file=sys.stderr,
+        )
         return 2
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # only the agent's end of the pipe ends the guard
@@ -90,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     killed = sweep(args[0])
     if killed:
         print(f"agent guard: killed {killed} process(es) left by agent {args[0]}", file=sys.stderr)
+    for directory in args[1:]:
+        remove_empty_dirs(Path(directory))
     return 0
 
 

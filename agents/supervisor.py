@@ -83,6 +83,7 @@ from agents.training.hook_protocol import (
     decode_event,
     encode,
 )
+from agents.training.snapshot import ENV_SNAPSHOT_DIR
 from agents.worker_handle import ProcessHandle, WorkerHandle
 from controlplane.core.protocol import (
     CheckpointSaved,
@@ -329,8 +330,9 @@ class Supervisor:
         """The guard that kills whatever this agent started once the agent is gone (:mod:`agents.guard`):
         in a session of its own, with the only write end of its stdin held here."""
         with open(self.run_dir / "guard.log", "ab") as logf:
+            snapshots = self.worker_env.get(ENV_SNAPSHOT_DIR)  # its empty directories go too
             return subprocess.Popen(
-                [sys.executable, "-m", "agents.guard", self.instance],
+                [sys.executable, "-m", "agents.guard", self.instance, *([snapshots] if snapshots else [])],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=logf,

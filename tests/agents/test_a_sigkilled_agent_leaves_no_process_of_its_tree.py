@@ -1,7 +1,8 @@
 """An agent that is SIGKILLed leaves no process of its tree behind: its worker (``PR_SET_PDEATHSIG``), the
 worker's ``dist_checkpointing`` multiprocessing helpers (``resource_tracker``, a ``Manager``'s
 ``spawn_main``: no ``PDEATHSIG`` of their own, they used to stay with ppid 1), its spare zygote and its
-warm spare are all gone within seconds (the agent's guard, :mod:`agents.guard`)."""
+warm spare are all gone within seconds (the agent's guard, :mod:`agents.guard`), and so is its snapshot
+root under ``/dev/shm`` when it held no snapshot."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import psutil
 import pytest
 
 from agents.settings import ENV_SPARES
+from agents.snapshots import default_root
 from agents.testing import TestCoordinator, spawn_agent, wait_spare
 from tests.agents.helpers import launch, start_command
 
@@ -52,6 +54,7 @@ async def test_sigkill_of_the_agent_takes_its_workers_helpers_zygote_and_spares(
     agent = await spawn_agent(coordinator.url, NODE, 1, run_dir, extra_env={ENV_SPARES: "1", MARKER: tag})
     try:
         await coordinator.wait_for(lambda: coordinator.messages("hello", NODE), 30)
+        assert default_root(NODE, instance=str(run_dir.resolve())).is_dir()
         wl = launch(dp=1, iterations=100_000).model_copy(
             update={"checkpoint_dir": str(ckpt), "checkpoint_interval": 2}
         )
@@ -74,6 +77,10 @@ async def test_sigkill_of_the_agent_takes_its_workers_helpers_zygote_and_spares(
         while _tree(tag) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         assert _tree(tag) == {}
+        root = default_root(NODE, instance=str(run_dir.resolve()))
+        while root.exists() and time.monotonic() < deadline + 5:
+            await asyncio.sleep(0.2)
+        assert not root.exists(), sorted(str(p) for p in root.rglob("*"))
     finally:
         if agent.returncode is None:
             agent.kill()
