@@ -27,7 +27,7 @@ lint: install
 # mypy's Django plugin imports the settings, which start no server (with nothing set they only name the
 # embedded servers' addresses).
 typecheck: install
-	$(BIN)/mypy controlplane agents
+	$(BIN)/mypy controlplane agents docs/examples tools/recipe_errors.py
 
 contracts: install
 	$(BIN)/lint-imports
