@@ -32,7 +32,7 @@ class TrainingTask(models.Model):
     activation_recomputation = models.BooleanField(default=False)
     recipe = models.JSONField(
         default=dict,
-        help_text="The validated training recipe (controlplane.core.recipe, docs/RECIPES.md); the model spec "
+        help_text="The validated training recipe (controlplane.core.recipe, docs/DATA.md); the model spec "
         "fields above are its model section and batch, kept as columns for the planner's queries.",
     )
     # scheduling

@@ -90,7 +90,7 @@ def submit(
         typer.Option(
             "--recipe",
             "-r",
-            help="A training recipe (docs/RECIPES.md), YAML or JSON, '-' for standard input; the server "
+            help="A training recipe (docs/DATA.md), YAML or JSON, '-' for standard input; the server "
             "checks it and names every bad field. Instead of --file.",
             show_default=False,
         ),

@@ -111,7 +111,7 @@ class TaskSubmitSerializer(StrictInputSerializer):
     name = serializers.CharField(max_length=120)
     recipe = serializers.JSONField(
         required=False,
-        help_text="The training recipe (docs/RECIPES.md): a JSON object, or its JSON or YAML text. "
+        help_text="The training recipe (docs/DATA.md): a JSON object, or its JSON or YAML text. "
         "With a recipe, leave out the shape fields (num_layers ... total_iterations).",
     )
     num_layers = serializers.IntegerField(min_value=1, max_value=10_000, required=False)

@@ -43,7 +43,7 @@ class Migration(migrations.Migration):
             name="recipe",
             field=models.JSONField(
                 default=dict,
-                help_text="The validated training recipe (controlplane.core.recipe, docs/RECIPES.md); the model "
+                help_text="The validated training recipe (controlplane.core.recipe, docs/DATA.md); the model "
                 "spec fields above are its model section and batch, kept as columns for the planner's queries.",
             ),
         ),
