@@ -46,6 +46,11 @@ and phases (Transition ``phases_s``), lost micro-batches, sources.
 The database (``--database-url``, default ``$BENCH_DATABASE_URL`` or ``benchdb`` on the local
 PostgreSQL; its name must start with ``bench``) is dropped and re-created, the Redis database
 (``--redis-url``) flushed. Writes ``bench/results/recovery.md`` and ``bench/results/recovery.json``.
+
+``--data corpus``: both systems' tasks train the demo's recipe on the CPython-documentation corpus
+(``controlplane.config.demo_scenario.demo_recipe``: trained 2,048-token BPE vocabulary, AdamW, warm-up
+and cosine decay; the checkpoint section left out, so both checkpoint every ``--checkpoint-every``)
+instead of synthetic tokens; the reports are ``recovery-corpus.md`` / ``.json``.
 """
 
 from __future__ import annotations
@@ -101,10 +106,43 @@ def say(line: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
+MODEL: dict[str, Any] = dict(TINY_GPT)
+"""The tasks' model shape (``--data corpus``: the corpus's vocabulary)."""
+RECIPES: dict[str, Any] = {}
+"""``--data corpus``: task name -> its recipe (None: synthetic tokens)."""
+
+
+def use_corpus(data_dir: Path) -> None:
+    from controlplane.config.demo_scenario import demo_recipe, prepare_demo_corpus
+    from controlplane.core.recipe import recipe_from_mapping
+
+    data = prepare_demo_corpus(data_dir, say)
+    MODEL["vocab_size"] = data.vocab
+    for spec in TASKS:
+        raw = demo_recipe(spec["name"], data)
+        raw.pop("checkpoint")  # both systems checkpoint every --checkpoint-every
+        raw["train_iterations"] = 10**6
+        RECIPES[spec["name"]] = recipe_from_mapping(raw)
+
+
+def launch_data(name: str) -> dict[str, Any]:
+    """The WorkerLaunch fields of task ``name``'s recipe (nothing for synthetic tokens)."""
+    recipe = RECIPES.get(name)
+    if recipe is None:
+        return {}
+    return {
+        "data": recipe.data,
+        "optimizer": recipe.optimizer,
+        "schedule": recipe.schedule,
+        "architecture": recipe.model,
+        "seed": recipe.seed,
+    }
+
+
 def flops_per_iteration() -> float:
     from controlplane.core.planning.spec import GPTSpec
 
-    return GPTSpec(**TINY_GPT).flops_per_iteration()
+    return GPTSpec(**MODEL).flops_per_iteration()
 
 
 @dataclass
@@ -604,7 +642,11 @@ def run_ours(args: argparse.Namespace, run_dir: Path) -> tuple[SystemResult, dic
         for spec in TASKS[: args.tasks]:
             spec = {**spec, "max_workers": min(spec["max_workers"], args.workers_per_task)}
             spec["min_workers"] = min(spec["min_workers"], spec["max_workers"])
-            do_submit_task(None, TaskSubmission(**TINY_GPT, **spec, total_iterations=10**6))
+            if spec["name"] in RECIPES:
+                sched = {k: v for k, v in spec.items() if k != "name"}
+                do_submit_task(None, TaskSubmission.from_recipe(spec["name"], RECIPES[spec["name"]], **sched))
+            else:
+                do_submit_task(None, TaskSubmission(**TINY_GPT, **spec, total_iterations=10**6))
             weights[spec["name"]] = spec["weight"]
         wait(
             "every task running and past iteration 5",
@@ -699,13 +741,13 @@ def run_baseline(
     from controlplane.core.protocol import ModelSpec, ParallelConfig, RankAssignment, Rendezvous, WorkerLaunch
 
     model = ModelSpec(
-        layers=TINY_GPT["num_layers"],
-        hidden=TINY_GPT["hidden_size"],
-        heads=TINY_GPT["num_attention_heads"],
-        seq_len=TINY_GPT["seq_length"],
-        vocab=TINY_GPT["vocab_size"],
-        micro_batch=TINY_GPT["micro_batch_size"],
-        global_batch=TINY_GPT["global_batch_size"],
+        layers=MODEL["num_layers"],
+        hidden=MODEL["hidden_size"],
+        heads=MODEL["num_attention_heads"],
+        seq_len=MODEL["seq_length"],
+        vocab=MODEL["vocab_size"],
+        micro_batch=MODEL["micro_batch_size"],
+        global_batch=MODEL["global_batch_size"],
     )
     sinks: dict[str, EventSink] = {}
     jobs: dict[str, TorchrunJob] = {}
@@ -724,6 +766,7 @@ def run_baseline(
             checkpoint_dir=str(run_dir / "baseline-ckpt" / name),
             checkpoint_interval=args.checkpoint_every,
             collective_timeout_s=args.baseline_timeout,
+            **launch_data(name),
         )
         cpus = set().union(*(node_cpus(n) for n in lt.nodes)) if args.pin == "node" else None
         job = TorchrunJob(
@@ -864,14 +907,16 @@ def write_report(
     args: argparse.Namespace, ours: SystemResult, base: SystemResult | None, meta: dict[str, Any]
 ) -> None:
     res_dir = REPO / "bench" / "results"
+    stem = "recovery-corpus" if getattr(args, "data", "synthetic") == "corpus" else "recovery"
     for r in [ours] + ([base] if base else []):
         twin(r)  # needs the drills and the tasks' end states, known only now
     data = {"meta": meta, "ours": ours.__dict__, "baseline": base.__dict__ if base else None}
-    (res_dir / "recovery.json").write_text(json.dumps(data, indent=1, default=str))
+    (res_dir / f"{stem}.json").write_text(json.dumps(data, indent=1, default=str))
     lines = [
         "# Goodput and accumulated WAF under a fault every minute (docs/EVALUATION.md)",
         "",
         f"Command: `{meta['command']}`  ",
+        f"Data: {meta.get('data', 'synthetic')}  ",
         f"Machine: {meta['machine']}; load average at start {meta['load_start']}, at end {meta['load_end']} "
         "(2 cores shared with other jobs).  ",
         f"Setup: {args.agents} agents x {args.devices} CPU devices, {args.tasks} tiny-GPT task(s), window "
@@ -998,7 +1043,7 @@ def write_report(
     if notes:
         lines += ["", "Notes from the run:", ""] + [f"- {n}" for n in notes]
     lines += ["", "## Caveats", ""] + [f"- {c}" for c in meta["caveats"]] + [""]
-    (res_dir / "recovery.md").write_text("\n".join(lines))
+    (res_dir / f"{stem}.md").write_text("\n".join(lines))
 
 
 CAVEATS = [
@@ -1059,6 +1104,13 @@ def main() -> None:
         help="write the report again from a recovery.json (run with the same settings) and exit",
     )
     p.add_argument("--no-write", action="store_true")
+    p.add_argument(
+        "--data",
+        choices=["synthetic", "corpus"],
+        default="synthetic",
+        help="what the tasks train on: synthetic tokens or the demo recipe on the shipped corpus",
+    )
+    p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "unicron-bench-data")
     args = p.parse_args()
     if args.report_from is not None:
         data = json.loads(args.report_from.read_text())
@@ -1081,6 +1133,8 @@ def main() -> None:
     os.environ["DATABASE_URL"] = args.database_url
     os.environ["REDIS_URL"] = args.redis_url
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.data == "corpus":
+        use_corpus(args.data_dir)
     load_start = [round(x, 2) for x in os.getloadavg()]
     run_dir = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     say(f"logs: {run_dir}")
@@ -1104,10 +1158,13 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "logs": str(run_dir),
         "caveats": CAVEATS,
+        "data": "the demo recipe on the CPython-documentation corpus"
+        if args.data == "corpus"
+        else "synthetic",
     }
     if not args.no_write:
         write_report(args, ours, base, meta)
-        say("wrote bench/results/recovery.md and .json")
+        say(f"wrote bench/results/{'recovery-corpus' if args.data == 'corpus' else 'recovery'}.md and .json")
 
 
 if __name__ == "__main__":

@@ -53,7 +53,12 @@ checkpoint interval (``--fault-phase 0.5``: the expected loss of a fault at a ra
 before it recomputed anything: the strictest comparison) and *to regained progress* (the baseline
 clock stops when it completes again the iteration it was in when the fault hit; this is what it costs).
 
-Writes ``bench/results/transition.md`` and ``bench/results/transition.json``.
+``--data corpus``: the same runs on real data — the workers (ours and torchrun's) train the demo's
+recipe (the CPython-documentation corpus with its trained 2,048-token BPE vocabulary, AdamW, warm-up and
+cosine decay; ``controlplane.config.demo_scenario.demo_recipe``) instead of synthetic tokens.
+
+Writes ``bench/results/transition.md`` and ``bench/results/transition.json`` (with ``--data corpus``:
+``transition-corpus.md`` / ``.json``).
 """
 
 from __future__ import annotations
@@ -91,6 +96,32 @@ from controlplane.core.protocol import (  # noqa: E402
 
 TINY = ModelSpec(layers=2, hidden=64, heads=4, seq_len=32, vocab=128, micro_batch=2, global_batch=8)
 MICRO_BATCHES = TINY.global_batch // TINY.micro_batch
+LAUNCH_DATA: dict[str, Any] = {}
+"""``--data corpus``: the recipe's WorkerLaunch fields (data, optimizer, schedule, architecture, seed)."""
+
+
+def use_corpus(data_dir: Path) -> str:
+    """Switch the launches to the demo recipe on the prepared corpus; returns what the report says."""
+    global TINY
+    from controlplane.config.demo_scenario import demo_recipe, prepare_demo_corpus
+    from controlplane.core.recipe import recipe_from_mapping
+
+    data = prepare_demo_corpus(data_dir, lambda line: print(line, flush=True))
+    raw = demo_recipe(TASK, data)
+    raw["global_batch_size"] = TINY.global_batch
+    raw.pop("checkpoint")  # the baseline's checkpoints are the bench's own
+    recipe = recipe_from_mapping(raw)
+    TINY = TINY.model_copy(update={"vocab": data.vocab})
+    LAUNCH_DATA.update(
+        data=recipe.data,
+        optimizer=recipe.optimizer,
+        schedule=recipe.schedule,
+        architecture=recipe.model,
+        seed=recipe.seed,
+    )
+    return f"the demo recipe on the CPython-documentation corpus (vocab {data.vocab}, {data.prefix})"
+
+
 CASES = ("restart", "shrink", "grow")
 NODE_A, NODE_B = "tr-a", "tr-b"
 TASK = "gpt"
@@ -115,7 +146,7 @@ def make_launch(
         iterations=10**7,
         collective_timeout_s=60,
         state_sources=sources or [],
-        **kw,
+        **{**LAUNCH_DATA, **kw},
     )
 
 
@@ -482,17 +513,17 @@ def write_report(
 ) -> None:
     res = REPO / "bench" / "results"
     res.mkdir(parents=True, exist_ok=True)
-    (res / "transition.json").write_text(
-        json.dumps({"meta": meta, "summary": summary, "runs": rows}, indent=1)
-    )
+    stem = "transition-corpus" if args.data == "corpus" else "transition"
+    (res / f"{stem}.json").write_text(json.dumps({"meta": meta, "summary": summary, "runs": rows}, indent=1))
     lines = [
         "# Transition time and lost work (docs/ARCHITECTURE.md §7.6; docs/EVALUATION.md)",
         "",
         f"Command: `{meta['command']}`  ",
         f"Machine: {meta['machine']}; load average at start {meta['load_start']}, at end {meta['load_end']} "
         "(2 cores shared with other jobs: absolute times are inflated, the ratios matter).  ",
-        f"Model: tiny GPT (2 layers, hidden 64, 4 heads, seq 32, vocab 128, global batch 8 = {MICRO_BATCHES} "
-        "micro-batches), DP2 <-> DP1, gloo on CPU, one thread per worker; "
+        f"Model: tiny GPT (2 layers, hidden 64, 4 heads, seq 32, vocab {TINY.vocab}, global batch 8 = "
+        f"{MICRO_BATCHES} micro-batches), data: {meta['data']}, DP2 <-> DP1, gloo on CPU, "
+        "one thread per worker; "
         f"{args.repeats} repeats; baseline checkpoint every {args.checkpoint_every} iterations, "
         f"fault {args.fault_phase:.0%} into a checkpoint interval.",
         "",
@@ -579,7 +610,7 @@ def write_report(
             f"{r['failed_iteration']} | {r['first_iteration']} | {r['recomputed_micro_batches']} |"
         )
     lines += ["", "## Caveats", ""] + [f"- {c}" for c in meta["caveats"]] + [""]
-    (res / "transition.md").write_text("\n".join(lines))
+    (res / f"{stem}.md").write_text("\n".join(lines))
 
 
 CAVEATS = [
@@ -654,8 +685,11 @@ def main() -> None:
     )
     p.add_argument("--warmup", type=int, default=8, help="iterations before the first fault")
     p.add_argument("--no-write", action="store_true", help="print only (do not overwrite the reports)")
+    p.add_argument("--data", choices=["synthetic", "corpus"], default="synthetic")
+    p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "unicron-bench-data")
     args = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    data_line = use_corpus(args.data_dir) if args.data == "corpus" else "synthetic token sequences"
     load_start = [round(x, 2) for x in os.getloadavg()]
     run_dir = Path(tempfile.mkdtemp(prefix="bench-transition-"))
     print(f"logs: {run_dir}", flush=True)
@@ -677,10 +711,12 @@ def main() -> None:
         "load_end": load_end,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "caveats": CAVEATS,
+        "data": data_line,
     }
     if not args.no_write:
         write_report(args, summary, [m.row() for m in ours + base], meta)
-        print("wrote bench/results/transition.md and .json")
+        stem = "transition-corpus" if args.data == "corpus" else "transition"
+        print(f"wrote bench/results/{stem}.md and .json")
 
 
 if __name__ == "__main__":
