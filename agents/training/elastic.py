@@ -93,9 +93,9 @@ class ResumePlan:
     live_iteration: int | None = None
     """The newest iteration any survivor would have run next (rollback = this - resume)."""
     local_snapshot: int | None = None
-    """stored: an iteration every rank's node holds a complete snapshot of, newer than any stored copy
-    the coordinator named (or none was named: e.g. a retry whose every holder of a shard died, so
-    no live state is left): every rank restores it from its own node instead."""
+    """stored: an iteration every rank's node holds a complete snapshot of, restored by every rank from
+    its own node when no stored copy was named (the live state the plan counted on is gone: e.g. a
+    retry whose every holder of a shard died) or the named ones are stale and older."""
 
 
 def split_micro_batches(num: int, dp: int) -> list[tuple[int, ...]]:
@@ -134,7 +134,13 @@ def redistribute(num: int, kept: dict[int, tuple[int, ...]], dp: int) -> dict[in
 
 
 def plan_resume(
-    states: Sequence[RankState], *, num_micro_batches: int, dp: int, pp: int, live_ok: bool = True
+    states: Sequence[RankState],
+    *,
+    num_micro_batches: int,
+    dp: int,
+    pp: int,
+    live_ok: bool = True,
+    stale_sources: bool = False,
 ) -> ResumePlan:
     """The same plan on every rank, from the states all ranks gathered.
 
@@ -146,9 +152,10 @@ def plan_resume(
       survivors with the same done set (pipeline parallelism > 1 never keeps them: a micro-batch's
       backward is spread over the stages). The rest of the iteration's micro-batches are given out
       by :func:`redistribute`.
-    - Stored mode otherwise: the caller loads the snapshot / checkpoint (or starts fresh) — or, when
-      every rank's node holds a complete snapshot newer than any stored copy named (none named: the
-      live state the coordinator counted on is gone), the newest such snapshot from its own node.
+    - Stored mode otherwise: the caller loads the snapshot / checkpoint (or starts fresh) — or the
+      newest snapshot every rank's node holds, from its own node, when no stored copy was named (the
+      live state the coordinator counted on is gone) or the named sources are ``stale_sources`` (a
+      retry in place reuses its previous launch, whose sources are an older transition's) and older.
     """
     by_rank = {s.rank: s for s in states}
     live = [s for s in states if s.has_state]
@@ -195,12 +202,13 @@ def plan_resume(
             return ResumePlan("live", resume, sources, receivers, kept, extra, live_iteration=live_iteration)
     kind = stored[0] if stored else None
     common = set.intersection(*(set(s.local_snapshots) for s in states)) if states else set()
+    local = max(common) if common else None
     named_its = [
         s.source_iteration for s in states if s.wants in STORED_KINDS and s.source_iteration is not None
     ]
-    newest_named = max(named_its) if named_its else None
-    local = max(common) if common else None
-    if local is not None and newest_named is not None and local <= newest_named:
+    if local is not None and not stale_sources and named_its:
+        local = None  # the coordinator chose a stored copy for this transition: it is taken
+    elif local is not None and named_its and local <= max(named_its):
         local = None
     return ResumePlan("stored", -1, stored_kind=kind, live_iteration=live_iteration, local_snapshot=local)
 

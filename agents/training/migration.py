@@ -106,7 +106,14 @@ def migrate(
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, me)
     states: list[RankState] = list(gathered)
-    plan = plan_resume(states, num_micro_batches=num_mbs, dp=dp, pp=par.pp)
+    plan = plan_resume(
+        states,
+        num_micro_batches=num_mbs,
+        dp=dp,
+        pp=par.pp,
+        # a retry in place runs on its previous launch: the sources it names are an older transition's
+        stale_sources=tspec is not None and tspec.kind == "retry",
+    )
     print(
         f"[transition] epoch {assign.epoch} rank {assign.rank}: {me} -> {plan}",
         file=sys.stderr,

@@ -32,9 +32,11 @@ def test_fresh_ranks_with_a_stale_snapshot_source_take_the_newest_common_local_s
         _fresh(2, wants="memory_snapshot", source_it=49, local=(69, 79)),
         _fresh(3, wants="memory_snapshot", source_it=49, local=(59, 69)),
     ]
-    plan = plan_resume(states, num_micro_batches=8, dp=1, pp=2)
+    plan = plan_resume(states, num_micro_batches=8, dp=1, pp=2, stale_sources=True)
     assert plan.mode == "stored"
     assert plan.local_snapshot == 69
+    # a transition whose coordinator named that copy (not a retry's stale launch): the copy is taken
+    assert plan_resume(states, num_micro_batches=8, dp=1, pp=2).local_snapshot is None
 
 
 def test_fresh_ranks_told_a_live_source_take_the_newest_common_local_snapshot() -> None:
@@ -44,7 +46,7 @@ def test_fresh_ranks_told_a_live_source_take_the_newest_common_local_snapshot() 
 
 def test_a_named_stored_copy_at_least_as_new_is_kept() -> None:
     states = [_fresh(r, wants="memory_snapshot", source_it=79, local=(69, 79)) for r in range(4)]
-    assert plan_resume(states, num_micro_batches=8, dp=1, pp=2).local_snapshot is None
+    assert plan_resume(states, num_micro_batches=8, dp=1, pp=2, stale_sources=True).local_snapshot is None
 
 
 def test_no_snapshot_common_to_every_rank_leaves_the_named_source() -> None:

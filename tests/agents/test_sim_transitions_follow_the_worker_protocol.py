@@ -86,8 +86,11 @@ async def test_a_rank_that_has_not_reached_its_epochs_loop_is_not_kept_as_a_surv
     await d.start("sim-a", 1, launch(dp=2, model=MODEL, iterations=10**6))
     await d.wait_iteration(3)
     same = launch(dp=2, model=MODEL, iterations=10**6)
+    # epoch 2's first iteration takes minutes (a model a thousand times larger), so however slowly the
+    # next command arrives its ranks have not finished an iteration there
+    slow = launch(dp=2, model=MODEL.model_copy(update={"layers": 4096}), iterations=10**6)
     ack = await d.reconfigure(
-        "sim-a", 2, same, previous_epoch=1, previous_parallel=ParallelConfig(dp=2), survivors={0: 0, 1: 1}
+        "sim-a", 2, slow, previous_epoch=1, previous_parallel=ParallelConfig(dp=2), survivors={0: 0, 1: 1}
     )
     assert "in place [0, 1], fresh []" in ack.detail
     ack = await d.reconfigure(

@@ -89,6 +89,7 @@ LAUNCH = WorkerLaunch(
     seed=1234,
     checkpoint_dir="/var/lib/unicron/ckpt/gpt-small",
     checkpoint_interval=50,
+    checkpoint_keep=2,
     collective_timeout_s=30.0,
     state_sources=[StateSource(rank=0, kind="peer_replica", source_node="node-b", source_rank=2)],
 )
