@@ -42,7 +42,7 @@ def load_checkpoint(state: RankModel, path: Path, hook: TrainingHook) -> int:
     from megatron.core import dist_checkpointing
 
     with hook.slow_phase("checkpoint"):  # hook
-        loaded = dist_checkpointing.load(state.sharded_state(), str(path))
+        loaded = dist_checkpointing.load(state.sharded_state(is_loading=True), str(path))
         state.model.load_state_dict(loaded["model"])
         state.optimizer.load_state_dict(loaded["optimizer"])
     return state.state_bytes()

@@ -323,10 +323,17 @@ class RankModel:
         self.optimizer.zero_grad()
         self.partial_it, self.done = None, []
 
-    def sharded_state(self) -> dict[str, Any]:
-        """The ``dist_checkpointing`` state of the model and optimizer (checkpoints, snapshots)."""
+    def sharded_state(self, is_loading: bool = False) -> dict[str, Any]:
+        """The ``dist_checkpointing`` state of the model and optimizer (checkpoints, snapshots).
+
+        ``is_loading``: for a load, the optimizer first gives every parameter without state a zero
+        placeholder (Megatron's ``init_state_fn``), so a fresh rank, whose Adam has no state yet, offers
+        the same sharded keys as a survivor that has trained: otherwise a restart that loads a
+        checkpoint into both fails ``validate_sharding_integrity`` (a tensor no rank or one stage only
+        accesses)."""
         model_sd = self.model.sharded_state_dict()
-        return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd)}
+        optimizer_sd = self.optimizer.sharded_state_dict(model_sd, is_loading=is_loading)
+        return {"model": model_sd, "optimizer": optimizer_sd}
 
     def state_bytes(self) -> int:
         """Bytes of parameters and optimizer state held by this rank."""
