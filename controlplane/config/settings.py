@@ -116,7 +116,7 @@ def _throttle_rate(name: str, default: str) -> str | None:
     return rate
 
 
-# API rate limits (controlplane.apps.common.throttles), per process of the server.
+# API rate limits (controlplane.apps.accounts.throttles), per process of the server.
 UNICRON_THROTTLE_RATES = {
     "user": _throttle_rate("UNICRON_THROTTLE_USER", "3000/min"),
     "token": _throttle_rate("UNICRON_THROTTLE_TOKEN", "3000/min"),
@@ -216,8 +216,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_THROTTLE_CLASSES": [
-        "controlplane.apps.common.throttles.UserRateThrottle",
-        "controlplane.apps.common.throttles.TokenRateThrottle",
+        "controlplane.apps.accounts.throttles.UserRateThrottle",
+        "controlplane.apps.accounts.throttles.TokenRateThrottle",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.apps.accounts.permissions.IsViewer"],
     "DEFAULT_PAGINATION_CLASS": "controlplane.apps.common.pagination.CappedLimitOffsetPagination",

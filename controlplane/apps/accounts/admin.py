@@ -7,9 +7,9 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.http import HttpRequest, HttpResponse
 
+from controlplane.apps.accounts.audited_admin import AuditedModelAdmin
 from controlplane.apps.accounts.models import ApiToken, AuditEntry
 from controlplane.apps.accounts.services import do_record_audit
-from controlplane.apps.common.admin import AuditedModelAdmin
 
 
 @admin.register(AuditEntry)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from controlplane.apps.common.admin import AuditedModelAdmin
+from controlplane.apps.accounts.audited_admin import AuditedModelAdmin
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 
 DEVICE_SERVICE_FIELDS = ["state", "isolated_at", "isolation_reason", "probation_until"]

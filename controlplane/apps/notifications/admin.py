@@ -14,8 +14,8 @@ from django.db.models.query import QuerySet
 from django.forms import BaseModelForm
 from django.http import HttpRequest
 
+from controlplane.apps.accounts.audited_admin import AuditedModelAdmin, field_values
 from controlplane.apps.accounts.services import do_record_audit
-from controlplane.apps.common.admin import AuditedModelAdmin, field_values
 from controlplane.apps.notifications.models import AlertDelivery, AlertRoute, DeliveryAttempt
 from controlplane.apps.notifications.rules import severities_matched
 

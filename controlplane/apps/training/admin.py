@@ -4,7 +4,7 @@ from django import forms
 from django.contrib import admin
 from rest_framework.exceptions import ValidationError as ApiValidationError
 
-from controlplane.apps.common.admin import AuditedModelAdmin
+from controlplane.apps.accounts.audited_admin import AuditedModelAdmin
 from controlplane.apps.training.api.serializers import check_task_weight
 from controlplane.apps.training.models import Allocation, Checkpoint, TrainingTask
 

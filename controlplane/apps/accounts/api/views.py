@@ -21,7 +21,7 @@ from controlplane.apps.accounts.permissions import IsViewer
 from controlplane.apps.accounts.roles import Role, get_user_role
 from controlplane.apps.accounts.selectors import list_api_tokens
 from controlplane.apps.accounts.services import do_rotate_api_token
-from controlplane.apps.common.viewsets import RoleGatedViewSet
+from controlplane.apps.accounts.viewsets import RoleGatedViewSet
 
 
 class AuditEntryFilter(filters.FilterSet):  # type: ignore[misc]

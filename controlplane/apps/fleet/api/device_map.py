@@ -8,7 +8,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.apps.common.viewsets import RoleGatedViewSet
+from controlplane.apps.accounts.viewsets import RoleGatedViewSet
 from controlplane.apps.fleet.models import Device
 from controlplane.apps.fleet.selectors import get_device_map
 

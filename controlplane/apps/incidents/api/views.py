@@ -8,8 +8,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.apps.accounts.roles import Role
+from controlplane.apps.accounts.viewsets import RoleGatedViewSet
 from controlplane.apps.common.serializers import CommentSerializer, RequiredCommentSerializer
-from controlplane.apps.common.viewsets import RoleGatedViewSet
 from controlplane.apps.incidents.api.serializers import AlertSerializer, FailureEventSerializer
 from controlplane.apps.incidents.choices import AlertState, Severity
 from controlplane.apps.incidents.models import Alert, FailureEvent

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django_filters import rest_framework as filters
 from rest_framework import mixins
 
-from controlplane.apps.common.viewsets import RoleGatedViewSet
+from controlplane.apps.accounts.viewsets import RoleGatedViewSet
 from controlplane.apps.planning.api.serializers import PlanSerializer, TransitionSerializer
 from controlplane.apps.planning.models import Plan, Transition
 from controlplane.apps.planning.selectors import list_plans, list_transitions

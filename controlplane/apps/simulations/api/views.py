@@ -7,7 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.apps.accounts.roles import Role
-from controlplane.apps.common.viewsets import RoleGatedViewSet
+from controlplane.apps.accounts.viewsets import RoleGatedViewSet
 from controlplane.apps.simulations.api.serializers import SimulationRequestSerializer, SimulationRunSerializer
 from controlplane.apps.simulations.models import SimulationRun
 from controlplane.apps.simulations.services import do_request_simulation

@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.apps.accounts.roles import Role
-from controlplane.apps.common.viewsets import RoleGatedViewSet
+from controlplane.apps.accounts.viewsets import RoleGatedViewSet
 from controlplane.apps.training.api.serializers import (
     ChangeWeightSerializer,
     CheckpointSerializer,
