@@ -170,7 +170,9 @@ def measure() -> Figures:
             a, b = component_of(source), component_of(target)
             if a != b and _counted(a) and _counted(b):
                 apps[a].add(b)
-    both = sorted({tuple(sorted((a, b))) for a, targets in apps.items() for b in targets if a in apps[b]})
+    both = sorted(
+        {tuple(sorted((a, b))) for a, targets in apps.items() for b in targets if a in apps.get(b, set())}
+    )
     sizes = sorted(
         ((name, len(path.read_text().splitlines())) for name, path in modules.items()),
         key=lambda item: -item[1],

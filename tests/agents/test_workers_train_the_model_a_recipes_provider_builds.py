@@ -5,6 +5,7 @@ the provider's weights (the per-head query and key norms the built-in GPT does n
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,11 @@ async def test_dp2_workers_train_the_providers_model_and_checkpoint_it(
         )
         losses = [s.loss for s in stats if s.loss is not None]  # type: ignore[union-attr]
         assert len(losses) >= 2
-        assert losses[0] > 4.0  # an untrained model is at ln(128) = 4.85
-        # it learns the synthetic sequences (the first and last reporting intervals' means: how many
-        # iterations each covers depends on the host's speed, so the margin is not the whole fall)
-        assert losses[-1] < losses[0] - 0.5
+        # it learns the synthetic sequences: an untrained model is at ln(128) = 4.85. (The first and
+        # last reporting intervals' means: how many iterations each covers depends on the host's speed,
+        # so only the last interval is held to a level and the first to being higher.)
+        assert losses[-1] < math.log(128) - 1.0, losses
+        assert losses[0] > losses[-1], losses
 
         keys = set(FileSystemReader(str(ckpt / "iter_0000039")).read_metadata().state_dict_metadata)
         assert any("q_layernorm" in k for k in keys), sorted(keys)[:20]
