@@ -8,8 +8,8 @@ Both runs are the whole system on a fresh database (PostgreSQL + Redis from ``DA
 ``REDIS_URL``, daphne, a Celery worker with beat, ``--nodes`` agents x ``--devices`` CPU devices
 running real Megatron-Core workers): the recipe (the example ``agents/data/recipes/tiny-gpt.yaml``
 with its paths in the run directory and ``--iterations`` iterations) is submitted once, and the run
-ends when the task is completed. The corpus is the CPython documentation corpus
-(``python -m agents.data corpus``), prepared with a trained BPE tokenizer.
+ends when the task is completed. The corpus is the demo's (``prepare_demo_corpus``: the CPython
+documentation with a trained 2,048-token BPE tokenizer), prepared once under ``--data-dir``.
 
 The faulty run injects, each when the task reaches its iteration (one every ``--gap`` iterations
 after ``--first``), through the fault-drill path: a rank crash (SIGKILL), an exception in the
@@ -52,12 +52,12 @@ sys.path.insert(0, str(REPO))
 
 from agents.training.bench_knobs import ENV_LOSS_DIR  # noqa: E402
 from bench.recovery import WholeSystem, inject_ours, say, wait  # noqa: E402
+from controlplane.config.demo_scenario import DemoData, prepare_demo_corpus  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/benchquality"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/9"
 RECIPE = REPO / "agents" / "data" / "recipes" / "tiny-gpt.yaml"
 TASK = "quality"
-VOCAB = 2048
 FAULTS = ("crash", "exception", "hang", "node_loss", "straggler")
 RESULTS = REPO / "bench" / "results"
 PLOT = REPO / "docs" / "screenshots" / "quality-loss.png"
@@ -158,27 +158,13 @@ def position(loss_dir: Path) -> int:
     return top
 
 
-def prepare_data(data_dir: Path) -> Path:
-    """The shipped corpus prepared once per data directory; returns the dataset path prefix."""
-    from agents.data.corpus import write_corpus
-    from agents.data.prepare import prepare
-
-    prefix = data_dir / "pydoc"
-    if not (data_dir / "tokenizer.json").exists() or not prefix.with_suffix(".bin").exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        say(f"preparing the corpus in {data_dir}")
-        corpus = write_corpus(data_dir / "corpus")
-        prepare([corpus.path], prefix, train_vocab_size=VOCAB, append_eod=True)
-    return prefix
-
-
-def recipe_for(args: argparse.Namespace, data_dir: Path, prefix: Path, ckpt: Path) -> dict[str, Any]:
+def recipe_for(args: argparse.Namespace, data: DemoData, ckpt: Path) -> dict[str, Any]:
     from controlplane.core.recipe import load_recipe
 
     recipe: dict[str, Any] = load_recipe(RECIPE.read_text(), "yaml").model_dump(mode="json")
-    recipe["model"]["vocab_size"] = VOCAB
-    recipe["data"]["tokenizer"] = str(data_dir / "tokenizer.json")
-    recipe["data"]["blend"] = [{"path_prefix": str(prefix), "weight": 1.0}]
+    recipe["model"]["vocab_size"] = data.vocab
+    recipe["data"]["tokenizer"] = data.tokenizer
+    recipe["data"]["blend"] = [{"path_prefix": data.prefix, "weight": 1.0}]
     recipe["checkpoint"]["directory"] = str(ckpt)
     recipe["checkpoint"]["interval"] = max(args.iterations // 3, 1)
     recipe["eval"]["interval"] = args.eval_interval
@@ -187,7 +173,7 @@ def recipe_for(args: argparse.Namespace, data_dir: Path, prefix: Path, ckpt: Pat
     return recipe
 
 
-def run_once(args: argparse.Namespace, name: str, work: Path, prefix: Path, faulty: bool) -> Run:
+def run_once(args: argparse.Namespace, name: str, work: Path, data: DemoData, faulty: bool) -> Run:
     run_dir = work / name
     loss_dir = run_dir / "losses"
     loss_dir.mkdir(parents=True)
@@ -223,7 +209,7 @@ def run_once(args: argparse.Namespace, name: str, work: Path, prefix: Path, faul
         for n in nodes:
             system.add_node(n)
         wait("healthy nodes", lambda: Node.objects.filter(state="healthy").count() >= len(nodes), 90)
-        recipe = recipe_from_mapping(recipe_for(args, work / "data", prefix, run_dir / "checkpoints"))
+        recipe = recipe_from_mapping(recipe_for(args, data, run_dir / "checkpoints"))
         workers = args.nodes * args.devices
         task = do_submit_task(
             None, TaskSubmission.from_recipe(TASK, recipe, min_workers=1, max_workers=workers)
@@ -503,12 +489,11 @@ def main() -> None:
         raise SystemExit("--database-url: the database name must start with 'bench' (it is dropped)")
     os.environ["DATABASE_URL"], os.environ["REDIS_URL"] = args.database_url, args.redis_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
-    prefix = prepare_data(args.data_dir)
+    data = prepare_demo_corpus(args.data_dir, say)
     with tempfile.TemporaryDirectory(prefix="unicron-quality-") as tmp:
         work = Path(tmp)
-        (work / "data").symlink_to(args.data_dir)
-        clean = run_once(args, "failure-free", work, prefix, faulty=False)
-        faulty = run_once(args, "faulty", work, prefix, faulty=True)
+        clean = run_once(args, "failure-free", work, data, faulty=False)
+        faulty = run_once(args, "faulty", work, data, faulty=True)
         if args.keep is not None:
             shutil.copytree(
                 work, args.keep, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.sock")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from controlplane.apps.planning.launch import parallel_config_json
@@ -10,7 +11,7 @@ from controlplane.apps.planning.selectors import (
     task_spec,
 )
 from controlplane.apps.training.choices import TaskState
-from controlplane.apps.training.models import Allocation
+from controlplane.apps.training.models import Allocation, TrainingTask
 
 CALIBRATION_SAMPLES = 20
 CALIBRATE_AFTER_SAMPLES = 5
@@ -27,6 +28,16 @@ def layout_key(cfg: dict[str, Any], micro_batch: int) -> str | None:
     )
 
 
+def _layout_since(task: TrainingTask) -> datetime | None:
+    """When the task's current allocation (its current layout) began; None: it holds no devices."""
+    return (
+        Allocation.objects.filter(task=task, active=True)
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+
+
 def calibrate_new_layouts() -> int:
     """Calibrate every running task whose current layout has no measurement yet, once it has
     :data:`CALIBRATE_AFTER_SAMPLES` iteration times in it (the beat's transition check calls this every
@@ -38,7 +49,6 @@ def calibrate_new_layouts() -> int:
     from controlplane.apps.metrics.choices import MetricKind
     from controlplane.apps.metrics.models import MetricSample
     from controlplane.apps.planning.selectors import load_cluster
-    from controlplane.apps.training.models import TrainingTask
 
     due: set[int] = set()
     for task in TrainingTask.objects.filter(state=TaskState.RUNNING).only(
@@ -49,12 +59,7 @@ def calibrate_new_layouts() -> int:
         measured = {m.get("key") for m in stored.get("measurements") or [] if isinstance(m, dict)}
         if key is None or key in measured:
             continue
-        since = (
-            Allocation.objects.filter(task=task, active=True)
-            .order_by("created_at")
-            .values_list("created_at", flat=True)
-            .first()
-        )
+        since = _layout_since(task)
         if since is None:
             continue
         samples = MetricSample.objects.filter(task=task, kind=MetricKind.ITERATION_TIME, at__gte=since)
@@ -84,12 +89,7 @@ def recalibrate_tasks(view: ClusterView, only: set[int] | None = None) -> int:
         cfg = task.parallel_config or {}
         if task.state != TaskState.RUNNING or not cfg.get("tp") or (only is not None and task.pk not in only):
             continue
-        since = (
-            Allocation.objects.filter(task=task, active=True)
-            .order_by("created_at")
-            .values_list("created_at", flat=True)
-            .first()
-        )
+        since = _layout_since(task)
         if since is None:
             continue
         values = list(
