@@ -139,7 +139,9 @@ def test_the_workers_report_fails_the_task_once_with_its_reason(db: None) -> Non
         exited = WorkerExited(exit_code=EXIT_EXCEPTION, expected=False)
         record_failure_report(node.pk, _report(task, rank, "process_supervision", exited))
     events = list(FailureEvent.objects.filter(task=task).order_by("pk"))
-    assert [e.kind for e in events if e.detector == "exception_propagation"] == ["recipe_unusable"] * 2
+    assert [(e.kind, e.action) for e in events if e.detector == "exception_propagation"] == [
+        ("recipe_unusable", "fail_task")
+    ] * 2
 
     outcomes = [handle_failure(e.pk).note for e in events]
 

@@ -51,8 +51,8 @@ def test_a_missing_dataset_fails_the_task_with_the_field_and_the_path(db: None, 
         exited = WorkerExited(exit_code=EXIT_EXCEPTION, expected=False)
         record_failure_report(node.pk, _report(task, rank, "process_supervision", exited))
     events = list(FailureEvent.objects.filter(task=task).order_by("pk"))
-    assert [(e.kind, e.severity) for e in events if e.detector == "exception_propagation"] == [
-        ("recipe_unusable", "sev2")
+    assert [(e.kind, e.severity, e.action) for e in events if e.detector == "exception_propagation"] == [
+        ("recipe_unusable", "sev2", "fail_task")
     ] * 2
 
     outcomes = [handle_failure(e.pk).note for e in events]

@@ -23,7 +23,7 @@ CASES: dict[str, tuple[Evidence, Severity, Action]] = {
             "(ModuleNotFoundError: No module named 'mypkg')",
         ),
         Severity.SEV2,
-        Action.RESTART_PROCESSES,
+        Action.FAIL_TASK,
     ),
     "node-heartbeat-lost": (
         Evidence(DetectorKind.HEARTBEAT, node="n1"),

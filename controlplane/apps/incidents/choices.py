@@ -27,6 +27,7 @@ class Action(models.TextChoices):
     RETRY_IN_PLACE = "retry_in_place", "Retry in place"
     RESTART_PROCESSES = "restart_processes", "Restart the task's processes"
     ISOLATE_AND_REPLAN = "isolate_and_replan", "Isolate and re-plan"
+    FAIL_TASK = "fail_task", "Fail the task (its recipe cannot run)"
 
 
 class AlertState(models.TextChoices):

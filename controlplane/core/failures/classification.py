@@ -38,6 +38,8 @@ class Action(StrEnum):
     RETRY_IN_PLACE = "retry_in_place"
     RESTART_PROCESSES = "restart_processes"
     ISOLATE_AND_REPLAN = "isolate_and_replan"
+    FAIL_TASK = "fail_task"
+    """The task cannot run anywhere (its recipe is unusable): it fails, nothing is restarted."""
 
 
 ACTION_FOR: dict[Severity, Action] = {
@@ -181,6 +183,8 @@ class Rule:
     exit_codes: frozenset[int] | None = None
     signals: frozenset[int] | None = None
     blame: Blame = Blame.CAUSE
+    fails_task: bool = False
+    """The row's evidence fails the task (:data:`Action.FAIL_TASK`) whatever its severity."""
     _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -189,7 +193,7 @@ class Rule:
 
     @property
     def action(self) -> Action:
-        return ACTION_FOR[self.severity]
+        return Action.FAIL_TASK if self.fails_task else ACTION_FOR[self.severity]
 
     def matches(self, ev: Evidence) -> bool:
         if self.detectors is not None and ev.detector not in self.detectors:
@@ -237,7 +241,7 @@ RULES: tuple[Rule, ...] = (
          "(a restart would fail the same way)",
          detectors=frozenset({_S.EXCEPTION}),
          exception_types=frozenset({"ProviderError", "DatasetError"}),
-         blame=Blame.CONSEQUENCE),
+         blame=Blame.CONSEQUENCE, fails_task=True),
     # --- sev1: node and hardware ----------------------------------------------------------------
     Rule("node-heartbeat-lost", Severity.SEV1, Category.NODE,
          "agent heartbeats stopped: node crash, agent death or partition",
@@ -360,8 +364,9 @@ class Classification:
 
 
 def fails_the_task(c: Classification) -> bool:
-    """Whether a classification fails its task outright (:data:`TASK_FAILURES`) instead of recovering."""
-    return c.rule.replace("_", "-") in TASK_FAILURES
+    """Whether a classification fails its task outright (:data:`Action.FAIL_TASK`, the rows of
+    :data:`TASK_FAILURES`) instead of recovering."""
+    return c.action is Action.FAIL_TASK or c.rule.replace("_", "-") in TASK_FAILURES
 
 
 def blame_of_rule(rule: str) -> Blame:
