@@ -7,9 +7,9 @@ from __future__ import annotations
 from django.db import transaction
 
 from controlplane.apps.fleet.models import Node
-from controlplane.apps.incidents.handling import handle_failure
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.choices import TransitionKind
+from controlplane.apps.planning.handling import handle_failure
 from controlplane.apps.planning.models import Transition
 from controlplane.apps.planning.replan import replan
 from controlplane.apps.planning.restart import restart_in_place

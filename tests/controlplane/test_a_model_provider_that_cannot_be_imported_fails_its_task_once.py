@@ -17,9 +17,9 @@ from rest_framework.test import APIClient
 
 from agents.training.provider import ProviderContext, ProviderError, build_model, resolve_provider
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
-from controlplane.apps.incidents.handling import handle_failure
 from controlplane.apps.incidents.models import Alert, FailureEvent
 from controlplane.apps.incidents.reports import record_failure_report
+from controlplane.apps.planning.handling import handle_failure
 from controlplane.apps.planning.models import Transition
 from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask

@@ -7,8 +7,8 @@ from __future__ import annotations
 from django.db import transaction
 
 from controlplane.apps.fleet.models import Node
-from controlplane.apps.incidents.handling import handle_failure
 from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.planning.handling import handle_failure
 from controlplane.apps.planning.models import Plan, Transition
 from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask
@@ -61,7 +61,7 @@ def test_a_node_event_from_its_own_evidence_still_isolates_it(db: None) -> None:
 
 
 def test_a_failed_recovery_of_a_node_loss_does_not_isolate_the_node_either(db: None) -> None:
-    from controlplane.apps.incidents.handling import escalate
+    from controlplane.apps.planning.handling import escalate
     from controlplane.core.failures import Action
 
     task, host = _running_task_and_its_node()

@@ -8,10 +8,10 @@ import uuid
 from datetime import UTC, datetime
 
 from controlplane.apps.fleet.models import Device, Node
-from controlplane.apps.incidents.handling import check_quarantine
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.incidents.reports import record_failure_report
 from controlplane.apps.incidents.selectors import list_failure_history
+from controlplane.apps.planning.handling import check_quarantine
 from controlplane.core.protocol import WorkerReport
 from controlplane.core.protocol.messages import WorkerException
 from tests.controlplane.factories import NodeFactory

@@ -11,9 +11,9 @@ import pytest
 from agents.data.prepare import byte_level_bpe
 from agents.training.dataset import DatasetError, build_datasets
 from controlplane.apps.fleet.models import Device, Node
-from controlplane.apps.incidents.handling import handle_failure
 from controlplane.apps.incidents.models import Alert, FailureEvent
 from controlplane.apps.incidents.reports import record_failure_report
+from controlplane.apps.planning.handling import handle_failure
 from controlplane.apps.planning.models import Transition
 from controlplane.core.protocol.messages import WorkerException, WorkerExited
 from controlplane.core.recipe import DataSection

@@ -20,7 +20,7 @@ from controlplane.config.env import format_database_url
 from tests.controlplane.factories import FailureEventFactory, NodeFactory
 from tests.processes import spawn
 
-HANDLE = "import django; django.setup(); from controlplane.apps.incidents.handling import handle_failure; " \
+HANDLE = "import django; django.setup(); from controlplane.apps.planning.handling import handle_failure; " \
     "handle_failure({event_id})"  # fmt: skip
 
 
@@ -72,7 +72,7 @@ def test_a_killed_handler_s_event_is_reenqueued_within_two_seconds(transactional
 
 
 def test_a_handling_that_finishes_leaves_no_claim_to_reclaim(transactional_db: None) -> None:
-    from controlplane.apps.incidents.handling import handle_failure
+    from controlplane.apps.planning.handling import handle_failure
 
     node = NodeFactory(devices=1)
     event = FailureEventFactory(node=node, task=None, kind="straggler", severity="sev2", action="none")

@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.fleet.services import do_enqueue_command
-from controlplane.apps.incidents.handling import check_quarantine
 from controlplane.apps.incidents.models import Alert
+from controlplane.apps.planning.handling import check_quarantine
 from tests.controlplane.factories import FailureEventFactory, NodeFactory
 
 

@@ -10,8 +10,8 @@ import uuid
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.apps.incidents.handling import handle_failure
 from controlplane.apps.incidents.models import FailureEvent
+from controlplane.apps.planning.handling import handle_failure
 from controlplane.apps.planning.models import Transition
 from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask

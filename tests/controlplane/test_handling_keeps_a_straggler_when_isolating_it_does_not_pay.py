@@ -9,8 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.apps.fleet.models import Device
-from controlplane.apps.incidents.handling import handle_failure
 from controlplane.apps.incidents.models import Alert, FailureEvent
+from controlplane.apps.planning.handling import handle_failure
 from controlplane.apps.planning.models import Transition
 from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask

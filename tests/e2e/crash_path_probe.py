@@ -89,7 +89,7 @@ def running_task(registered: Registered) -> TrainingTask:
 
 @database_sync_to_async
 def handle(task: TrainingTask) -> None:
-    from controlplane.apps.incidents.tasks import handle_failure_task
+    from controlplane.apps.planning.tasks import handle_failure_task
 
     event = FailureEvent.objects.get(task=task)
     handle_failure_task.run(event.pk)

@@ -8,6 +8,10 @@
 - ``planning.check_transitions``: beat, every second (migration 0003): advance, time out, reconcile (re-plan
   requests left listed get a message), and calibrate a running task in a layout it has no measurement of
   once it has a few iteration times there.
+- ``incidents.handle_failure``: enqueued after commit for every failure event whose action is not
+  ``none``, after the settle window (docs/ARCHITECTURE.md §7.2); the failure handler
+  (:mod:`~controlplane.apps.planning.handling`) acts, and a handling that re-planned refreshes the
+  precomputed plans.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from celery import shared_task
 
 from controlplane.apps.planning.calibration import calibrate_new_layouts
 from controlplane.apps.planning.coalescing import do_coalesced_replan, request_listed_replans
+from controlplane.apps.planning.handling import handle_failure
+from controlplane.apps.planning.precomputed import refresh_precomputed
 from controlplane.apps.planning.transitions import advance_transition, check_transitions
 
 
@@ -38,3 +44,11 @@ def check_transitions_task() -> dict[str, int]:
     counts["replans_requested"] = int(request_listed_replans())
     counts["calibrated"] = calibrate_new_layouts()
     return counts
+
+
+@shared_task(name="incidents.handle_failure", ignore_result=True)  # type: ignore[misc]
+def handle_failure_task(event_id: int, waited_s: float = 0.0) -> str:
+    handled = handle_failure(event_id, waited_s)
+    if handled.replanned:
+        refresh_precomputed()
+    return handled.note

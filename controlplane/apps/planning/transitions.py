@@ -11,7 +11,7 @@ Steps (created by :mod:`controlplane.apps.planning.launch`):
   ``TransitionReport`` or an ``IterationStats``).
 
 Every step has a deadline; :func:`check_transitions` (beat, every second) fails overdue transitions,
-which escalates (:func:`controlplane.apps.incidents.handling.escalate_failed_transition`). A failed or
+which escalates (:func:`controlplane.apps.planning.handling.escalate_failed_transition`). A failed or
 superseded transition's unacknowledged commands are failed so the outbox never delivers them.
 
 On success the transition stores migration sources per rank, lost micro-batches and seconds, time per
