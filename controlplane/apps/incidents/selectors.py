@@ -7,13 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from controlplane.apps.fleet.choices import CommandType
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
-from controlplane.apps.incidents.models import Alert, FailureEvent
-from controlplane.apps.notifications.selectors import list_deliveries
+from controlplane.apps.incidents.models import FailureEvent
 from controlplane.core import failures
 
 DRILL_ATTRIBUTION_S = 60.0
@@ -24,13 +23,6 @@ the node's later failures nor counts toward its quarantine)."""
 
 def list_failure_events() -> QuerySet[FailureEvent]:
     return FailureEvent.objects.select_related("node", "device", "task")
-
-
-def list_alerts() -> QuerySet[Alert]:
-    """Alerts with their node, event, people and deliveries (notifications' ``list_deliveries``)."""
-    deliveries = Prefetch("deliveries", queryset=list_deliveries().order_by("created_at", "id"))
-    related = ("node", "source_event", "acknowledged_by", "resolved_by")
-    return Alert.objects.select_related(*related).prefetch_related(deliveries)
 
 
 @dataclass(frozen=True, slots=True)

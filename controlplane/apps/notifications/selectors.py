@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 
 from controlplane.apps.incidents.models import Alert
 from controlplane.apps.notifications.choices import DeliveryEvent, DeliveryState
@@ -56,6 +56,13 @@ def get_firing_state(delivery: AlertDelivery) -> str | None:
 def list_deliveries(alert_id: int | None = None) -> QuerySet[AlertDelivery]:
     qs = AlertDelivery.objects.select_related("route")
     return qs if alert_id is None else qs.filter(alert_id=alert_id)
+
+
+def list_alerts() -> QuerySet[Alert]:
+    """Alerts with their node, event, people and deliveries (the alerts API)."""
+    deliveries = Prefetch("deliveries", queryset=list_deliveries().order_by("created_at", "id"))
+    related = ("node", "source_event", "acknowledged_by", "resolved_by")
+    return Alert.objects.select_related(*related).prefetch_related(deliveries)
 
 
 def list_stale_claims(claimed_before: datetime) -> list[AlertDelivery]:
