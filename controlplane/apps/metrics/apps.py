@@ -13,3 +13,8 @@ class MetricsConfig(AppConfig):
         from controlplane.apps.metrics.celery_latency import connect_signals
 
         connect_signals()  # every process that publishes or runs Celery tasks records queueing delay
+
+        from controlplane.apps.metrics.selectors import list_recent_iteration_times
+        from controlplane.apps.planning.measurements import register_iteration_times
+
+        register_iteration_times(list_recent_iteration_times)  # calibration reads the measured times

@@ -124,6 +124,16 @@ SCHEDULED_STATES = (TaskState.RUNNING, TaskState.RECONFIGURING)
 no devices by the planner's decision, which is not failure cost."""
 
 
+def list_recent_iteration_times(task_id: int, since: datetime | None, limit: int) -> list[float]:
+    """The task's newest ``limit`` iteration-time samples (seconds, newest first), at or after ``since``
+    when given: the workload manager's measurements (registered with
+    :mod:`controlplane.apps.planning.measurements`)."""
+    samples = MetricSample.objects.filter(task_id=task_id, kind=MetricKind.ITERATION_TIME)
+    if since is not None:
+        samples = samples.filter(at__gte=since)
+    return list(samples.order_by("-at").values_list("value", flat=True)[:limit])
+
+
 def get_achieved_waf(now: datetime | None = None, window_s: float = WAF_WINDOW_S) -> float:
     """Achieved cluster WAF = Σ over running tasks of w(t) x the mean of the task's achieved-FLOP/s
     samples in the last ``window_s`` (a task with no recent sample achieves nothing). One query."""

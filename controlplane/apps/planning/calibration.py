@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from controlplane.apps.planning.launch import parallel_config_json
+from controlplane.apps.planning.measurements import list_iteration_times
 from controlplane.apps.planning.selectors import (
     ClusterView,
     task_spec,
@@ -46,8 +47,6 @@ def calibrate_new_layouts() -> int:
     optimum with it, until the next re-plan. Returns how many tasks were calibrated."""
     from django.db import transaction
 
-    from controlplane.apps.metrics.choices import MetricKind
-    from controlplane.apps.metrics.models import MetricSample
     from controlplane.apps.planning.selectors import load_cluster
 
     due: set[int] = set()
@@ -62,8 +61,7 @@ def calibrate_new_layouts() -> int:
         since = _layout_since(task)
         if since is None:
             continue
-        samples = MetricSample.objects.filter(task=task, kind=MetricKind.ITERATION_TIME, at__gte=since)
-        if samples[:CALIBRATE_AFTER_SAMPLES].count() >= CALIBRATE_AFTER_SAMPLES:
+        if len(list_iteration_times(task.pk, CALIBRATE_AFTER_SAMPLES, since)) >= CALIBRATE_AFTER_SAMPLES:
             due.add(task.pk)
     if not due:
         return 0
@@ -78,8 +76,6 @@ def recalibrate_tasks(view: ClusterView, only: set[int] | None = None) -> int:
     ``only``: the tasks to look at (None: every running task)."""
     import statistics
 
-    from controlplane.apps.metrics.choices import MetricKind
-    from controlplane.apps.metrics.models import MetricSample
     from controlplane.apps.planning.selectors import task_table
     from controlplane.apps.training.services import do_store_throughput_table
     from controlplane.core.planning import Measurement, MegatronConfig, calibrate
@@ -92,11 +88,7 @@ def recalibrate_tasks(view: ClusterView, only: set[int] | None = None) -> int:
         since = _layout_since(task)
         if since is None:
             continue
-        values = list(
-            MetricSample.objects.filter(task=task, kind=MetricKind.ITERATION_TIME, at__gte=since)
-            .order_by("-at")
-            .values_list("value", flat=True)[:CALIBRATION_SAMPLES]
-        )
+        values = list_iteration_times(task.pk, CALIBRATION_SAMPLES, since)
         if not values:
             continue
         core_cfg = MegatronConfig(

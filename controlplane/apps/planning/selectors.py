@@ -42,8 +42,7 @@ from django.db.models import Prefetch, QuerySet
 
 from controlplane.apps.fleet.choices import DeviceState, NodeState
 from controlplane.apps.fleet.models import Device, Node
-from controlplane.apps.metrics.choices import MetricKind
-from controlplane.apps.metrics.models import MetricSample
+from controlplane.apps.planning.measurements import list_iteration_times
 from controlplane.apps.planning.models import Plan, Transition, TransitionStep
 from controlplane.apps.training.choices import TaskState
 from controlplane.apps.training.fit import ClusterKind, _device_kind
@@ -91,11 +90,7 @@ def list_transitions() -> QuerySet[Transition]:
 
 def get_recent_iteration_s(task: TrainingTask, samples: int = RECENT_ITERATION_SAMPLES) -> float | None:
     """The median of the task's last ``samples`` measured iteration times (any epoch), or None."""
-    recent = list(
-        MetricSample.objects.filter(task=task, kind=MetricKind.ITERATION_TIME)
-        .order_by("-at")
-        .values_list("value", flat=True)[:samples]
-    )
+    recent = list_iteration_times(task.pk, samples)
     return statistics.median(recent) if recent else None
 
 
