@@ -479,7 +479,11 @@ def escalate_on_probation(c: Classification) -> Classification:
 def should_quarantine(
     node: str, history: Iterable[FailureRecord], now: float, policy: EscalationPolicy | None = None
 ) -> tuple[bool, str]:
-    """Whether ``node`` keeps failing enough to be quarantined until an operator clears it."""
+    """Whether ``node`` keeps failing enough to be quarantined until an operator clears it.
+
+    Only evidence against the node counts: a cause, and not a liveness verdict (heartbeats that stopped:
+    a crashed or frozen agent, a partition). A lost node is re-planned around without being isolated;
+    its losses are no more a reason to keep it out for good."""
     policy = policy or EscalationPolicy()
     hits = [
         r
@@ -487,6 +491,7 @@ def should_quarantine(
         if r.evidence.node == node
         and r.classification.severity is Severity.SEV1
         and r.classification.blame is Blame.CAUSE
+        and r.evidence.detector != DetectorKind.HEARTBEAT
         and 0 <= now - r.evidence.occurred_at <= policy.quarantine_window_s
     ]
     if len(hits) >= policy.quarantine_sev1_count:
