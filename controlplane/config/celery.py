@@ -10,9 +10,10 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import beat_init, worker_init
+from celery.signals import after_setup_logger, beat_init, worker_init
 
 from controlplane.config.embedded import start_servers
+from controlplane.config.store_outage import log_store_outages_as_one_line
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
 
@@ -27,3 +28,11 @@ def _start_embedded_servers(**_: Any) -> None:
 
 worker_init.connect(_start_embedded_servers, weak=False)
 beat_init.connect(_start_embedded_servers, weak=False)
+
+
+def _store_outages_as_one_line(logger: Any = None, **_: Any) -> None:
+    log_store_outages_as_one_line(logger)
+
+
+# a worker or beat replaces the root logger's handlers with its own: they get the filter too
+after_setup_logger.connect(_store_outages_as_one_line, weak=False)

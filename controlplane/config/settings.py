@@ -366,7 +366,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # a store outage's traceback is one WARNING line (config/store_outage.py)
+    "filters": {"store_outage": {"()": "controlplane.config.store_outage.StoreOutageAsOneLine"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["store_outage"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         # the embedded servers narrate every start/stop at INFO; keep their warnings only

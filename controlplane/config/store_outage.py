@@ -1,9 +1,17 @@
-"""A PostgreSQL outage answered cleanly on the web tier: 503 with a JSON body and ``Retry-After``.
+"""A store outage answered cleanly: on the web tier a 503 with a JSON body and ``Retry-After``, and in every
+process's log one line instead of a traceback.
 
 While PostgreSQL restarts (or is unreachable) every request that touches it raises Django's
 ``OperationalError`` or ``InterfaceError``; without this middleware that is a 500 with a traceback in the
 log for each request. Deadlocks and serialization failures are not outages: the API's exception handler
-answers those first (code ``retry``: nothing was written, send it again)."""
+answers those first (code ``retry``: nothing was written, send it again).
+
+Every process logs through :class:`StoreOutageAsOneLine`: a record that carries the traceback of a lost
+PostgreSQL or Redis connection (:func:`is_store_outage`) — a periodic task that ran while PostgreSQL
+restarted, the beat scheduler's read of its schedule, an agent report the link could not store — is one
+WARNING line with the error's words. The condition is expected and handled (the next run, the next read or
+the agent's re-send does the work); its traceback would be noise an operator cannot tell from a bug. Any
+other error keeps its traceback and level."""
 
 from __future__ import annotations
 
@@ -11,9 +19,13 @@ import logging
 import sys
 from collections.abc import Callable
 
+import psycopg
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import server_error
+from kombu.exceptions import OperationalError as BrokerUnavailable
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger("controlplane.store")
 
@@ -57,3 +69,57 @@ def server_error_or_store_unavailable(request: HttpRequest) -> HttpResponse:
     if isinstance(exc, OperationalError | InterfaceError):
         return store_unavailable_response(request, exc)
     return server_error(request)
+
+
+_OUTAGE_SQLSTATE_CLASSES = ("08", "57P")
+"""SQLSTATE classes of a lost server: connection exception (08) and operator intervention (57P: the server
+shutting down, crashed or starting). A connection that failed before any SQLSTATE has none."""
+
+
+def is_store_outage(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is PostgreSQL or Redis unreachable or restarting —
+    not a deadlock, a constraint or a bad query, which are errors of their own."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError | BrokerUnavailable):
+            return True
+        if isinstance(exc, psycopg.InterfaceError):
+            return True
+        if isinstance(exc, psycopg.OperationalError):
+            state = exc.sqlstate
+            return state is None or state.startswith(_OUTAGE_SQLSTATE_CLASSES)
+        if isinstance(exc, InterfaceError) and exc.__cause__ is None:
+            return True  # Django's own "connection already closed"
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _one_line(exc: BaseException) -> str:
+    words = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {words[:300]}" if words else type(exc).__name__
+
+
+class StoreOutageAsOneLine(logging.Filter):
+    """A record logged with a store outage's traceback becomes one WARNING line: its message, then the
+    error's type and words. Records of any other error pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or not is_store_outage(exc):
+            return True
+        record.msg = f"{record.getMessage()} [store unavailable: {_one_line(exc)}]"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+        return True
+
+
+def log_store_outages_as_one_line(logger: logging.Logger | None = None) -> None:
+    """Put :class:`StoreOutageAsOneLine` on every handler of ``logger`` (the root logger by default) that
+    does not have it yet: a Celery worker or beat sets its handlers up itself."""
+    for handler in (logger or logging.getLogger()).handlers:
+        if not any(isinstance(f, StoreOutageAsOneLine) for f in handler.filters):
+            handler.addFilter(StoreOutageAsOneLine())
