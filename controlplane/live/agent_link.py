@@ -60,6 +60,7 @@ from typing import Any, cast
 
 import redis
 from asgiref.sync import sync_to_async
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -123,6 +124,11 @@ STATE_REREAD_EVERY = 30
 """A healthy node's link re-reads its state from PostgreSQL every this many heartbeats (the ``node.state``
 events tell it of changes; this bounds how long a lost event can mislead it)."""
 
+
+class _LinkBroken(Exception):
+    """The link was closed because a message could not be handled: the rest of its queue is dropped."""
+
+
 _BEARER = re.compile(r"^Bearer\s+(\S+)\s*$", re.IGNORECASE)
 
 
@@ -176,6 +182,14 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     _state: str | None = None
     """The node's state as this link last read or was told it (``node.state`` events)."""
     _beats: int = 0
+    _newest_beat_seq: int = -1
+    """The newest heartbeat received (its database part is done for the newest one only)."""
+    _work: asyncio.Queue[Callable[[], Awaitable[None]] | None]
+    _worker: asyncio.Task[None] | None = None
+    _send_lock: asyncio.Lock
+    _pending_sends_queued: bool = False
+    _beat: tuple[float, float, bool] = (0.0, 0.0, False)
+    """The newest heartbeat's time, its queueing delay, and whether Redis took it."""
 
     _layer_down: bool = False
 
@@ -193,6 +207,16 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             sources.append(self.channel_receive)
         with contextlib.suppress(StopConsumer):
             await await_many_dispatch(sources, self.dispatch)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' dispatch without its hop to the database thread before every message
+        (``aclose_old_connections``): that hop put each heartbeat behind every database call queued in
+        the process, so a busy link (a fleet's cold start) silenced healthy nodes. Every database call of
+        this consumer is a ``database_sync_to_async`` call, which closes stale connections itself."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def _channel_receive(self) -> dict[str, Any]:
         pause = 0.5
@@ -223,6 +247,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         self._impersonations = set()
         self._granted = set()
         self._clock = last_seen.SenderClock()
+        self._send_lock = asyncio.Lock()
         token = _bearer_token(self.scope)
         try:
             node = await _db(get_node_for_token)(token) if token else None
@@ -248,6 +273,8 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         self.node_id, self.node_name = node.pk, node.name
         await self.accept()
+        self._work = asyncio.Queue()
+        self._worker = asyncio.ensure_future(self._run_work())
         log.info("agent link of %s open", node.name)
 
     async def _refuse_for_outage(self, store: str, exc: Exception) -> None:
@@ -263,6 +290,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     async def disconnect(self, code: int) -> None:
         if self.node_id is None:
             return
+        await self._finish_work()
         try:
             await self.channel_layer.group_discard(agent_group(self.node_name), self.channel_name)
         except Exception as exc:  # Redis down: the group entry expires on its own
@@ -279,6 +307,8 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     # --- frames from the agent --------------------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Checks the frame and queues its handling (answers included, so they leave in the order the
+        frames came); only a heartbeat's time is recorded at once (:meth:`_note_heartbeat`)."""
         if self.node_id is None:
             return
         raw = text_data if text_data is not None else (bytes_data or b"")
@@ -286,15 +316,15 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             envelope = decode_agent_frame(raw)
         except ProtocolViolation as refusal:
             log.info("agent %s: refused frame: %s", self.node_name, refusal)
-            await self._send_error(refusal.error)
+            self._answer(refusal.error)
             return
         if envelope.node != self.node_name:
-            await self._refuse_impersonation(envelope)
+            self._enqueue(lambda: self._refuse_impersonation(envelope))
             return
         mtype = envelope.message.type
         new_session = mtype == "hello" and envelope.session != self.session
         if self._last_seq is not None and envelope.seq <= self._last_seq and not new_session:
-            await self._send_error(
+            self._answer(
                 ProtocolError(
                     code="out_of_order",
                     detail=f"seq {envelope.seq} is not above the previous frame's {self._last_seq}",
@@ -304,7 +334,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         self._last_seq = envelope.seq
         if self.session is None and mtype != "hello":
-            await self._send_error(
+            self._answer(
                 ProtocolError(
                     code="invalid",
                     detail=f"the first frame must be hello, got {mtype}",
@@ -312,7 +342,71 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 )
             )
             return
+        if mtype == "hello":
+            hello = cast(Hello, envelope.message)
+            if len({d.index for d in hello.devices}) != len(hello.devices):
+                self._answer(
+                    ProtocolError(
+                        code="invalid",
+                        detail="hello: device indexes must be unique",
+                        in_reply_to_seq=envelope.seq,
+                    )
+                )
+                return
+            self.session = envelope.session  # the frames behind it belong to this session
+        elif mtype == "heartbeat":
+            await self._note_heartbeat(envelope)
         handler = self._handlers()[mtype]
+        self._enqueue(lambda: self._handle(handler, envelope))
+
+    # --- the link's sequenced work ------------------------------------------------------------------
+    #
+    # Everything that touches PostgreSQL runs in arrival order on one task per link, beside the socket's
+    # reading: a heartbeat is recorded in Redis the moment it arrives, whatever database work of this
+    # link (a hello, a report, commands to send) is still waiting for the process's database thread.
+    # Before, that work held the link's reading, so at a cold start of a fleet a node that had just said
+    # hello fell silent to the watchdog while its commands waited behind the other nodes' hellos.
+
+    def _enqueue(self, work: Callable[[], Awaitable[None]]) -> None:
+        self._work.put_nowait(lambda: self._guarded(work))
+
+    def _answer(self, error: ProtocolError) -> None:
+        self._enqueue(lambda: self._send_error(error))
+
+    async def _guarded(self, work: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await work()
+        except _LinkBroken:
+            raise
+        except Exception as exc:
+            log.exception("agent %s: link work failed", self.node_name)
+            await self.close(code=CLOSE_INTERNAL)
+            raise _LinkBroken from exc
+
+    async def _run_work(self) -> None:
+        while True:
+            work = await self._work.get()
+            if work is None:
+                return
+            try:
+                await work()
+            except _LinkBroken:  # closed: what is queued is re-sent by the agent after it reconnects
+                while not self._work.empty():
+                    if self._work.get_nowait() is None:
+                        return
+
+    async def _finish_work(self) -> None:
+        """The frames received before the socket closed are handled before the node is marked."""
+        if self._worker is None:
+            return
+        self._work.put_nowait(None)
+        await self._worker
+        self._worker = None
+
+    async def _handle(
+        self, handler: Callable[[AgentEnvelope], Awaitable[None]], envelope: AgentEnvelope
+    ) -> None:
+        mtype = envelope.message.type
         try:
             await handler(envelope)
         except DataError as exc:  # a value the database cannot hold: the frame's fault, not ours
@@ -321,9 +415,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             )
             detail = f"{mtype}: a value cannot be stored: {str(exc).splitlines()[0][:500]}"
             await self._send_error(ProtocolError(code="invalid", detail=detail, in_reply_to_seq=envelope.seq))
-        except Exception:
+        except Exception as exc:
             log.exception("agent %s: %s (seq %s) could not be stored", self.node_name, mtype, envelope.seq)
             await self.close(code=CLOSE_INTERNAL)
+            raise _LinkBroken from exc
 
     def _handlers(self) -> dict[str, Callable[[AgentEnvelope], Awaitable[None]]]:
         return {
@@ -336,16 +431,6 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def _on_hello(self, envelope: AgentEnvelope) -> None:
         hello = cast(Hello, envelope.message)
-        if len({d.index for d in hello.devices}) != len(hello.devices):
-            await self._send_error(
-                ProtocolError(
-                    code="invalid",
-                    detail="hello: device indexes must be unique",
-                    in_reply_to_seq=envelope.seq,
-                )
-            )
-            return
-        self.session = envelope.session
         self._snapshots = [s.model_dump(mode="json") for s in hello.snapshots]
         when, _delay = self._clock.place(envelope.sent_at.timestamp(), time.time())
         await self._record_last_seen(when, None)  # first: the watchdog must not judge it by an older one
@@ -366,17 +451,24 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         await self._send_pending()
         await self._record_last_seen(time.time(), None)  # its heartbeats waited behind all of this
 
-    async def _on_heartbeat(self, envelope: AgentEnvelope) -> None:
-        heartbeat = cast(Heartbeat, envelope.message)
+    async def _note_heartbeat(self, envelope: AgentEnvelope) -> None:
+        """The heartbeat's time into Redis as it arrives (its database part is sequenced)."""
         when, delay = self._clock.place(envelope.sent_at.timestamp(), time.time())
-        stored = await self._record_last_seen(when, delay)
+        self._beat = (when, delay, await self._record_last_seen(when, delay))
+        self._newest_beat_seq = envelope.seq
+        self._beats += 1
+
+    async def _on_heartbeat(self, envelope: AgentEnvelope) -> None:
+        if envelope.seq != self._newest_beat_seq:
+            return  # a newer heartbeat is queued behind this one: it does the database part
+        heartbeat = cast(Heartbeat, envelope.message)
+        when, delay, stored = self._beat
         snapshots = [s.model_dump(mode="json") for s in heartbeat.snapshots]
         if snapshots != self._snapshots:  # written only when the list changes: the 1 Hz path stays cheap
             self._snapshots = snapshots
             allowed, refused = await _db(check_snapshot_adverts)(self._node_id, heartbeat.snapshots)
             await _db(do_record_snapshots)(self._node_id, [s.model_dump(mode="json") for s in allowed])
             await self._refuse(envelope, "agent_snapshot_refused", refused)
-        self._beats += 1
         if stored and self._state == NodeState.HEALTHY and self._beats % STATE_REREAD_EVERY:
             return  # the hot path: Redis only
         if delay > float(settings.UNICRON_SUSPECT_AFTER_S):
@@ -470,8 +562,15 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def agent_command(self, message: dict[str, Any]) -> None:
         """A command was committed to this node's outbox."""
-        if self.session is not None:  # before hello, hello itself sends everything pending
+        if self.session is None or self._pending_sends_queued:
+            return  # before hello, hello itself sends everything pending; or a send is queued already
+        self._pending_sends_queued = True
+
+        async def send() -> None:
+            self._pending_sends_queued = False
             await self._send_pending()
+
+        self._enqueue(send)
 
     async def node_state(self, message: dict[str, Any]) -> None:
         """The node's state changed (``fleet.outbox.NODE_STATE_EVENT``)."""
@@ -511,8 +610,9 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         await self._send_envelope(error)
 
     async def _send_envelope(self, message: Any) -> None:
-        self._seq += 1
-        envelope = CoordinatorEnvelope(
-            node=COORDINATOR_NODE, session=self.session or "-", seq=self._seq, message=message
-        )
-        await self.send(text_data=encode(envelope))
+        async with self._send_lock:  # the reading side and the sequenced work both answer: one order
+            self._seq += 1
+            envelope = CoordinatorEnvelope(
+                node=COORDINATOR_NODE, session=self.session or "-", seq=self._seq, message=message
+            )
+            await self.send(text_data=encode(envelope))
