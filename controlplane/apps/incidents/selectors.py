@@ -153,10 +153,20 @@ def list_failure_history(
 def has_cause_evidence_since(
     since: datetime, *, device: Device | None = None, node: Node | None = None
 ) -> bool:
-    """Whether the device (or the node) reported a cause failure after ``since`` (its isolation)."""
+    """Whether the device (or the node) reported a cause failure after ``since`` (its isolation); a
+    fault drill's doing is none."""
     rows = FailureEvent.objects.filter(occurred_at__gt=since, escalated_from__isnull=True)
     rows = rows.filter(device=device) if device is not None else rows.filter(node=node)
+    node_id = device.node_id if device is not None else (node.pk if node is not None else None)
+    drills = drills_sent(node_id, since) if node_id is not None else []
     return any(
         stored_classification(row).blame is failures.Blame.CAUSE
+        and not caused_by_drill(row.occurred_at, drills)
         for row in rows.select_related("node", "device").order_by("-occurred_at")[:HISTORY_LIMIT]
     )
+
+
+def isolated_by_drill(node_id: int, isolated_at: datetime) -> bool:
+    """Whether an isolation on the node at ``isolated_at`` was a fault drill's doing: a drill was sent to
+    the node up to :data:`DRILL_ATTRIBUTION_S` before."""
+    return caused_by_drill(isolated_at, drills_sent(node_id, isolated_at))
