@@ -288,9 +288,10 @@ CELERY_TASK_QUEUES = tuple(
 UNICRON_HEARTBEAT_INTERVAL_S = env_float("UNICRON_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.05)
 UNICRON_SUSPECT_AFTER_S = env_float("UNICRON_SUSPECT_AFTER_S", 2.0, minimum=0.1)
 UNICRON_LOST_AFTER_S = env_float("UNICRON_LOST_AFTER_S", 3.0, minimum=0.1)
-# Mass silence (fleet/tasks.py): when at least MIN_NODES nodes and FRACTION of the watched ones are silent at
-# once, the control plane or its network is deaf, not the nodes: they are held suspect and declared lost only
-# after MASS_SILENCE_LOST_AFTER_S (a real rack power loss is still handled), with one operator alert.
+# Mass silence (incidents/node_health.py): when at least MIN_NODES nodes and FRACTION of the watched ones are
+# silent at once, the control plane or its network is deaf, not the nodes: they are held suspect and declared
+# lost only after MASS_SILENCE_LOST_AFTER_S (a real rack power loss is still handled),
+# with one operator alert.
 UNICRON_MASS_SILENCE_MIN_NODES = env_int("UNICRON_MASS_SILENCE_MIN_NODES", 3, minimum=1)
 UNICRON_MASS_SILENCE_FRACTION = env_float("UNICRON_MASS_SILENCE_FRACTION", 0.5, minimum=0.0)
 if not 0.0 < UNICRON_MASS_SILENCE_FRACTION <= 1.0:

@@ -11,8 +11,12 @@ from django.utils import timezone
 
 from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.models import Node
-from controlplane.apps.fleet.tasks import LINK_BACKLOG_ALERT_PREFIX, check_link_backlog, sweep_node_health
 from controlplane.apps.incidents.models import Alert
+from controlplane.apps.incidents.node_health import (
+    LINK_BACKLOG_ALERT_PREFIX,
+    check_link_backlog,
+    sweep_node_health,
+)
 from controlplane.apps.metrics.exposition import render_exposition
 from tests.controlplane.factories import NodeFactory
 

@@ -12,8 +12,8 @@ from pytest_django.fixtures import SettingsWrapper
 
 from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.models import Node
-from controlplane.apps.fleet.tasks import MASS_SILENCE_ALERT_PREFIX, sweep_node_health
 from controlplane.apps.incidents.models import Alert, FailureEvent
+from controlplane.apps.incidents.node_health import MASS_SILENCE_ALERT_PREFIX, sweep_node_health
 from tests.controlplane.factories import NodeFactory
 
 SUSPECT, LOST, MASS_LOST = 2.0, 3.0, 60.0

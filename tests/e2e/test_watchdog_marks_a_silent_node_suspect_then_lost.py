@@ -8,8 +8,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from controlplane.apps.fleet.models import Node
-from controlplane.apps.fleet.tasks import sweep_node_health
 from controlplane.apps.incidents.models import Alert, FailureEvent
+from controlplane.apps.incidents.node_health import sweep_node_health
 from tests.controlplane.factories import NodeFactory
 from tests.e2e.conftest import Connect, Registered
 

@@ -25,7 +25,7 @@ from controlplane.apps.fleet.services import (
     do_set_device_state,
     do_set_node_state,
 )
-from controlplane.apps.incidents.reports import report_missing_workers
+from controlplane.apps.fleet.signals import agent_said_hello
 from controlplane.apps.training.choices import TERMINAL_TASK_STATES
 from controlplane.apps.training.models import TrainingTask
 from controlplane.core.planning import DEVICE_KINDS
@@ -87,7 +87,7 @@ def apply_hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal]]:
     do_record_snapshots(node.pk, [s.model_dump(mode="json") for s in allowed])
     node = _bring_back(node, "agent said hello", warming=hello.warming)
     do_requeue_unacked_commands(node)
-    report_missing_workers(node, hello)
+    agent_said_hello.send(sender=Node, node=node, hello=hello)  # incidents: ranks the agent lost
     _stop_stray_workers(node, hello.workers)
     return node.state, refused
 

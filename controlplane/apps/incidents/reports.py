@@ -205,3 +205,8 @@ def report_missing_workers(node: Node, hello: Hello) -> None:
         if created:
             FailureEvent.objects.filter(pk=stored.pk).update(task_epoch=task.epoch)
             request_failure_handling(stored.pk)
+
+
+def on_agent_said_hello(sender: object, node: Node, hello: Hello, **_: object) -> None:
+    """Receiver of :data:`controlplane.apps.fleet.signals.agent_said_hello`."""
+    report_missing_workers(node, hello)

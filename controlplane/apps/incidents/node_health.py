@@ -1,5 +1,7 @@
 """Node health watchdog (docs/ARCHITECTURE.md §7.1, node health monitoring): Celery beat runs
-``fleet.check_node_health`` every second (schedule created by migration 0003).
+``fleet.check_node_health`` every second (schedule created by fleet's migration 0003; the task is in
+:mod:`controlplane.apps.incidents.tasks`). The watchdog is a failure detector: it changes the nodes' states
+through the fleet's services and records what it finds as failure events and alerts, so it lives with them.
 
 A node whose last heartbeat is older than ``UNICRON_SUSPECT_AFTER_S`` becomes ``suspect``; older than
 ``UNICRON_LOST_AFTER_S`` it becomes ``lost`` with a ``node_health`` :class:`FailureEvent` (classified by
@@ -43,7 +45,6 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from celery import shared_task
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -291,11 +292,3 @@ def check_link_backlog(now: datetime | None = None) -> bool:
     )
     log.error("agent link backlog: p99 %.2fs over %d heartbeats", delay.p99_s, delay.samples)
     return True
-
-
-@shared_task(name="fleet.check_node_health", ignore_result=True)  # type: ignore[misc]
-def check_node_health() -> dict[str, object]:
-    sweep = sweep_node_health()
-    if int(time.time()) % LINK_BACKLOG_CHECK_EVERY_S == 0:
-        check_link_backlog()
-    return {"checked": sweep.checked, "suspect": sweep.suspect, "lost": sweep.lost, "held": sweep.held}
