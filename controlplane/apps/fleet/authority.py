@@ -29,12 +29,10 @@ from django.db import transaction
 from controlplane.apps.accounts.services import do_record_audit
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.selectors import task_pk
 from controlplane.core.protocol import SnapshotInfo, WorkerReport
 
 log = logging.getLogger(__name__)
-
-_PK_DIGITS = 18
-"""A task id is the decimal primary key of a ``bigint`` row: at most 18 digits are always in range."""
 
 
 @dataclass(frozen=True)
@@ -43,13 +41,6 @@ class Refusal:
 
     detail: str
     audit: dict[str, Any]
-
-
-def task_pk(task_id: str) -> int | None:
-    """The task's primary key for a wire task id, or None when it cannot name a task row."""
-    if not task_id or len(task_id) > _PK_DIGITS or not task_id.isascii() or not task_id.isdigit():
-        return None
-    return int(task_id)
 
 
 def check_worker_report(node_id: int, report: WorkerReport) -> Refusal | None:

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from controlplane.apps.accounts.services import do_record_audit
 from controlplane.apps.common.triggers import request_replan
-from controlplane.apps.fleet.authority import Refusal, check_snapshot_adverts, task_pk
+from controlplane.apps.fleet.authority import Refusal, check_snapshot_adverts
 from controlplane.apps.fleet.choices import DEVICE_MACHINE, CommandState, CommandType, DeviceState, NodeState
 from controlplane.apps.fleet.models import AgentCommand, Device, Node
 from controlplane.apps.fleet.services import (
@@ -28,6 +28,7 @@ from controlplane.apps.fleet.services import (
 from controlplane.apps.fleet.signals import agent_said_hello
 from controlplane.apps.training.choices import TERMINAL_TASK_STATES
 from controlplane.apps.training.models import TrainingTask
+from controlplane.apps.training.selectors import task_pk
 from controlplane.core.planning import DEVICE_KINDS
 from controlplane.core.protocol import DeviceInfo, Hello, WorkerStatus
 

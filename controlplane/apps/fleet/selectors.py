@@ -40,6 +40,12 @@ def list_devices() -> QuerySet[Device]:
     return Device.objects.select_related("node")
 
 
+def list_device_inventory() -> list[tuple[str, int, int]]:
+    """Every device as ``(kind, memory_bytes, node_id)``: what the fit check of a submitted task needs
+    (registered with :mod:`controlplane.apps.training.fit`)."""
+    return list(Device.objects.values_list("kind", "memory_bytes", "node_id"))
+
+
 def list_pending_commands(node: Node) -> QuerySet[AgentCommand]:
     return AgentCommand.objects.filter(node=node, state=CommandState.PENDING).order_by("created_at", "id")
 

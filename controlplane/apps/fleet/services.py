@@ -386,6 +386,15 @@ def do_ack_command(command: AgentCommand, ok: bool, error: str = "") -> bool:
     return True
 
 
+def on_task_cancelled(sender: object, task: TrainingTask, node_ids: list[int], **_: object) -> None:
+    """Receiver of :data:`controlplane.apps.training.signals.task_cancelled`: the nodes that held the task
+    stop its workers (its snapshots go too)."""
+    for node in Node.objects.filter(pk__in=node_ids):
+        do_enqueue_command(
+            node, CommandType.STOP_WORKERS, {"task": task.pk, "task_ended": True}, task.pk, task.epoch
+        )
+
+
 def do_fail_stale_commands(task_id: int, epoch: int, reason: str) -> int:
     """Commands of a task's older epochs that were never acknowledged will never be sent (again): the
     task moved on (fencing on the coordinator side, too)."""

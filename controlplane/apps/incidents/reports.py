@@ -13,7 +13,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.apps.common.triggers import request_failure_handling
-from controlplane.apps.fleet.authority import task_pk
 from controlplane.apps.fleet.models import Device, Node
 from controlplane.apps.fleet.services import do_count_device_error
 from controlplane.apps.incidents import choices as incident_choices
@@ -22,6 +21,7 @@ from controlplane.apps.incidents.probation import on_probation
 from controlplane.apps.incidents.selectors import list_failure_history, stored_classification
 from controlplane.apps.incidents.services import FailureReport, do_raise_alert, do_record_failure_event
 from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.selectors import task_pk
 from controlplane.core import failures
 from controlplane.core.protocol import Hello, WorkerReport
 

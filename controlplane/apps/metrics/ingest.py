@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from controlplane.apps.fleet.authority import task_pk
 from controlplane.apps.metrics.choices import MetricKind
 from controlplane.apps.metrics.services import Sample, do_record_samples
 from controlplane.apps.planning.progress import record_rank_progress
 from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.selectors import task_pk
 from controlplane.core.protocol import IterationStats, WorkerReport
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from controlplane.apps.fleet.authority import task_pk
 from controlplane.apps.fleet.choices import NodeState
 from controlplane.apps.fleet.models import Node
 from controlplane.apps.planning.transitions import do_record_rank_resumed
 from controlplane.apps.training.models import TrainingTask
+from controlplane.apps.training.selectors import task_pk
 from controlplane.apps.training.services import do_mark_rank_finished, do_record_progress
 from controlplane.core.protocol import IterationStats, TransitionReport, WorkerExited, WorkerReport
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from controlplane.apps.fleet.authority import task_pk
 from controlplane.apps.training.models import Checkpoint, TrainingTask
+from controlplane.apps.training.selectors import task_pk
 from controlplane.core.protocol import CheckpointSaved, WorkerReport
 
 

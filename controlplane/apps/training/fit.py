@@ -11,7 +11,10 @@ Device kinds the registry does not know are modelled from the registered memory 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.core.planning import DEVICE_KINDS, DeviceKind, GPTSpec, enumerate_configs
 
@@ -90,6 +93,28 @@ def fit_errors(shape: TaskShape, kinds: list[ClusterKind]) -> FieldErrors:
             f"{searched} workers on the cluster's devices."
         ]
     }
+
+
+DeviceInventory = Callable[[], list[tuple[str, int, int]]]
+"""The cluster's devices as ``(kind, memory_bytes, node_id)`` rows."""
+
+_inventory: DeviceInventory | None = None
+
+
+def register_device_inventory(reader: DeviceInventory) -> None:
+    """Install the reader of the cluster's devices: the fleet app's, at start-up (the fleet app reads tasks
+    and allocations, so training never imports it)."""
+    global _inventory
+    _inventory = reader
+
+
+def list_cluster_kinds() -> list[ClusterKind]:
+    """The device kinds of the cluster now (every registered device, whatever its state)."""
+    if _inventory is None:
+        raise ImproperlyConfigured(
+            "no reader of the cluster's devices is registered (the fleet app registers it)"
+        )
+    return summarize_kinds(_inventory())
 
 
 def summarize_kinds(devices: list[tuple[str, int, int]]) -> list[ClusterKind]:

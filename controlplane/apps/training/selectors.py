@@ -8,6 +8,16 @@ from controlplane.apps.training.models import Allocation, Checkpoint, TrainingTa
 from controlplane.core.planning import GPTSpec
 from controlplane.core.recipe import Recipe, recipe_for_spec, recipe_from_mapping
 
+_PK_DIGITS = 18
+"""A task id is the decimal primary key of a ``bigint`` row: at most 18 digits are always in range."""
+
+
+def task_pk(task_id: str) -> int | None:
+    """The task's primary key for a wire task id, or None when it cannot name a task row."""
+    if not task_id or len(task_id) > _PK_DIGITS or not task_id.isascii() or not task_id.isdigit():
+        return None
+    return int(task_id)
+
 
 def list_tasks() -> QuerySet[TrainingTask]:
     """Tasks with their owner and active allocations (as ``active_allocations``, by rank)."""

@@ -15,17 +15,15 @@ from controlplane.apps.common.broadcast import send_event_on_commit
 from controlplane.apps.common.cas import swap_state
 from controlplane.apps.common.errors import AllocationConflict, Conflict, InvalidInput
 from controlplane.apps.common.triggers import request_replan
-from controlplane.apps.fleet.choices import CommandType
-from controlplane.apps.fleet.models import Device, Node
-from controlplane.apps.fleet.services import do_enqueue_command
 from controlplane.apps.training.choices import (
     CANCELLABLE_TASK_STATES,
     TASK_MACHINE,
     ParallelRole,
     TaskState,
 )
-from controlplane.apps.training.fit import TaskShape, fit_errors, summarize_kinds
+from controlplane.apps.training.fit import TaskShape, fit_errors, list_cluster_kinds
 from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.signals import task_cancelled
 from controlplane.core.planning import GPTSpec
 from controlplane.core.recipe import Recipe, recipe_for_spec
 
@@ -144,9 +142,8 @@ def check_submit_task(s: TaskSubmission) -> None:
         spec = s.task_recipe().to_spec()
     except ValueError as exc:
         raise InvalidInput({"non_field_errors": [str(exc)]}) from exc
-    devices = list(Device.objects.values_list("kind", "memory_bytes", "node_id"))
     shape = TaskShape(spec, s.min_workers, s.max_workers, s.allocation_unit)
-    errors = fit_errors(shape, summarize_kinds(devices))
+    errors = fit_errors(shape, list_cluster_kinds())
     if errors:
         raise InvalidInput(errors)
 
@@ -209,10 +206,7 @@ def do_cancel_task(actor: Actor, task: TrainingTask) -> TrainingTask:
         epoch=F("epoch") + 1,
     )
     task.refresh_from_db()
-    for node in _release_allocations(task, now):
-        do_enqueue_command(
-            node, CommandType.STOP_WORKERS, {"task": task.pk, "task_ended": True}, task.pk, task.epoch
-        )
+    task_cancelled.send(sender=TrainingTask, task=task, node_ids=_release_allocations(task, now))
     do_record_audit(actor, "cancel_task", task, {"state": before}, {"state": task.state})
     send_event_on_commit("task.state", task_event(task))
     request_replan("task_finished")
@@ -304,11 +298,12 @@ class Placement:
     dp_rank: int = 0
 
 
-def _release_allocations(task: TrainingTask, now: Any) -> list[Node]:
+def _release_allocations(task: TrainingTask, now: Any) -> list[int]:
+    """Release the task's active allocation; returns the ids of the nodes that held it."""
     active = Allocation.objects.filter(task=task, active=True)
     node_ids = set(active.values_list("device__node_id", flat=True))
     active.update(active=False, released_at=now)
-    return list(Node.objects.filter(pk__in=node_ids))
+    return sorted(node_ids)
 
 
 def check_allocate_devices(task: TrainingTask, placements: list[Placement]) -> None:
