@@ -248,7 +248,18 @@ CHANNEL_LAYERS = {
         # redis-py 8 gives every connection a 5 s read timeout, and channels-redis blocks up to 5 s
         # waiting for the next message: without a longer socket timeout every idle consumer (agent
         # links, dashboard sockets) is dropped with 1011 after ~5 s (redis/redis-py#4091).
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}]},
+        # Every open agent link or dashboard socket waits on the layer with a connection of its own: the
+        # pool must hold one per link (redis-py's default of 100 refused links past the 100th with "Too
+        # many connections"); the Redis server's maxclients bounds it in turn (docs/DEPLOY.md).
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": 15,
+                    "max_connections": env_int("UNICRON_CHANNEL_LAYER_MAX_CONNECTIONS", 20_000, minimum=1),
+                }
+            ]
+        },
     },
 }
 

@@ -37,7 +37,7 @@ synchronous handler that persists it through the services (run with ``database_s
 - **disconnect**: the node becomes suspect at once; the health watchdog
   (``fleet.check_node_health``) declares it lost if no heartbeat arrives within
   ``UNICRON_LOST_AFTER_S`` of the last one (``UNICRON_MASS_SILENCE_LOST_AFTER_S`` while most nodes are
-  silent at once: see ``fleet/tasks.py``).
+  silent at once: see ``incidents/node_health.py``).
 
 Unexpected errors while persisting (e.g. the database is down) close the socket with
 :data:`CLOSE_INTERNAL` so the agent reconnects and re-sends what it buffered; nothing is acknowledged that
@@ -205,8 +205,12 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             self.channel_name = await self.channel_layer.new_channel()
             self.channel_receive = self._channel_receive
             sources.append(self.channel_receive)
-        with contextlib.suppress(StopConsumer):
-            await await_many_dispatch(sources, self.dispatch)
+        try:
+            with contextlib.suppress(StopConsumer):
+                await await_many_dispatch(sources, self.dispatch)
+        finally:  # the server may cancel a consumer that is slow to close: its work goes with it
+            if self._worker is not None and not self._worker.done():
+                self._worker.cancel()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels' dispatch without its hop to the database thread before every message
