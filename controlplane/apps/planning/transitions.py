@@ -49,7 +49,7 @@ from controlplane.apps.planning.services import (
 )
 from controlplane.apps.planning.signals import transition_failed
 from controlplane.apps.training.choices import TaskState
-from controlplane.apps.training.services import do_set_task_state
+from controlplane.apps.training.services import do_rewind_progress, do_set_task_state
 from controlplane.core.transitions.steps import RankResumed, StepDetail
 
 log = logging.getLogger(__name__)
@@ -259,6 +259,14 @@ def _complete(t: Transition, steps: list[TransitionStep]) -> None:
     )
     for ev in events:
         do_resolve_failure_event(ev)
+    # the new epoch's ranks are where training is: a counter left past them by an earlier epoch (the
+    # epoch resumed from a checkpoint or a peer behind it) would read as a task making no progress until
+    # they caught up, and the next transition would plan from that stale iteration
+    reached = [
+        e.last_iteration if e.last_iteration is not None else e.first_iteration for e in reported.values()
+    ]
+    if reached and do_rewind_progress(task, max(reached)):
+        log.info("task %s resumed behind its iteration counter: set back to %s", task.pk, max(reached))
     task.refresh_from_db()
     if task.state == TaskState.RECONFIGURING:
         do_set_task_state(task, TaskState.RUNNING)

@@ -234,6 +234,14 @@ def do_record_progress(task: TrainingTask, iteration: int) -> None:
     TrainingTask.objects.filter(pk=task.pk, iteration__lt=iteration).update(iteration=iteration)
 
 
+def do_rewind_progress(task: TrainingTask, iteration: int) -> bool:
+    """Set the iteration counter back to ``iteration``, where a new epoch's ranks are, when it is past it:
+    an epoch that resumed from an older state (a checkpoint, a peer behind the counter) redoes the
+    iterations after it, and the counter says where training is, not the highest iteration ever
+    reported. Returns whether it moved."""
+    return TrainingTask.objects.filter(pk=task.pk, iteration__gt=iteration).update(iteration=iteration) == 1
+
+
 @transaction.atomic
 def do_bump_epoch(task: TrainingTask, **fields: Any) -> TrainingTask:
     """A new epoch without a state change (a task re-planned while already reconfiguring, a retry)."""
