@@ -248,10 +248,15 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         return self.node_id
 
     async def connect(self) -> None:
+        """Accepted at once, authenticated after: the WebSocket server drops a handshake not accepted
+        within seconds, and the token's lookup waits for the process's database thread, which a cold
+        start of a fleet keeps busy (links were dropped and re-opened by the thousand). Frames that
+        arrive meanwhile wait for this method to return, unread."""
         self._impersonations = set()
         self._granted = set()
         self._clock = last_seen.SenderClock()
         self._send_lock = asyncio.Lock()
+        await self.accept()
         token = _bearer_token(self.scope)
         try:
             node = await _db(get_node_for_token)(token) if token else None
@@ -262,7 +267,6 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             client = self.scope.get("client")
             why = "missing or malformed Authorization header" if token is None else "unknown node token"
             log.warning("agent link refused from %s: %s", client, why)
-            await self.accept()
             await self._send_error(ProtocolError(code="unauthorized", detail=f"{why}; closing"))
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
@@ -276,7 +280,6 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             await self._refuse_for_outage("Redis", exc)
             return
         self.node_id, self.node_name = node.pk, node.name
-        await self.accept()
         self._work = asyncio.Queue()
         self._worker = asyncio.ensure_future(self._run_work())
         log.info("agent link of %s open", node.name)
@@ -288,7 +291,6 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             store,
             str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__,
         )
-        await self.accept()
         await self.close(code=CLOSE_STORE_UNAVAILABLE)
 
     async def disconnect(self, code: int) -> None:

@@ -1,0 +1,22 @@
+"""No two Django apps (nor an app and the transport, ``controlplane.live``) import each other: every import
+between them goes one way, down the layers the import-linter contract names (docs/ARCHITECTURE.md §3) —
+counting every import, function-local ones included (``tools/architecture.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_no_two_apps_import_each_other() -> None:
+    spec = importlib.util.spec_from_file_location("architecture", ROOT / "tools" / "architecture.py")
+    assert spec is not None
+    assert spec.loader is not None
+    architecture = importlib.util.module_from_spec(spec)
+    sys.modules["architecture"] = architecture  # dataclasses resolve their module by name
+    spec.loader.exec_module(architecture)
+    figures = architecture.measure()
+    assert figures.app_pairs_both_ways == [], figures.app_pairs_both_ways
