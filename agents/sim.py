@@ -66,6 +66,8 @@ SOURCE_BANDWIDTH: dict[str, float] = {
     "none": float("inf"),
 }
 MAX_MIGRATE_S = 5.0
+STORED_SOURCES = ("memory_snapshot", "checkpoint")
+"""Sources that hold a saved iteration: the rank resumes after it."""
 
 
 class Worker(Protocol):
@@ -201,7 +203,7 @@ class SimWorker:
             moved = state_bytes(w) if source != "none" else 0
             migrate = min(moved / SOURCE_BANDWIDTH[source], MAX_MIGRATE_S)
             if src is not None and src.iteration is not None:
-                self.next_it = src.iteration + (1 if source in ("memory_snapshot", "checkpoint") else 0)
+                self.next_it = src.iteration + (1 if source in STORED_SOURCES else 0)
             elif tspec is not None and tspec.resume_iteration is not None:
                 self.next_it = tspec.resume_iteration
         self.where = "rendezvous"
@@ -221,6 +223,10 @@ class SimWorker:
         if self.w.transition is not None:
             report = await self._enter(survivor=False)
         else:
+            # a launch resumes from the stored copy it names, as a real worker loads its checkpoint
+            src = next((s for s in self.w.spec.launch.state_sources if s.rank == self.w.rank), None)
+            if src is not None and src.kind in STORED_SOURCES and src.iteration is not None:
+                self.next_it = src.iteration + 1
             self.where = "setup"
             await self._sleep(0.05)
         epoch_start = self.next_it
