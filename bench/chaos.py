@@ -29,7 +29,7 @@ too). Per fault class: the time from the fault to the progress of every task tha
 (median, max). The logs are scanned for HTTP 5xx answers and tracebacks.
 
 Writes ``bench/results/chaos.json`` (``faults_injected``, ``duration_minutes``, ``invariant_violations``,
-``orphan_processes``, ``http_5xx``, ...).
+``orphan_processes``, ``http_5xx``, ...) and the same as a page, ``bench/results/chaos.md``.
 """
 
 from __future__ import annotations
@@ -527,6 +527,62 @@ def scan_logs(run_dir: Path) -> tuple[int, int, Counter[str]]:
     return http_5xx, tracebacks, where
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The result as a page (``bench/results/chaos.md``): the figures, per fault class, every violation."""
+    setup = result["setup"]
+    lines = [
+        "# Live system under chaos (`bench/chaos.py`)",
+        "",
+        f"Seed {result['seed']}, {result['duration_minutes']:g} minutes of faults (mean gap "
+        f"{setup['mean_gap_s']:g} s), {setup['agents']} agents x {setup['devices']} {setup['worker']} "
+        "devices, "
+        f"stores {setup['stores']}, {setup['cpus']} CPUs; load average at start {setup['load_before']}, "
+        f"at end {setup['load_after']}; {setup['when']}"
+        + (" (interrupted)" if setup["interrupted"] else "")
+        + ".",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| faults injected | {result['faults_injected']} |",
+        f"| invariant violations | {result['invariant_violations']} "
+        f"{result['violations_by_invariant'] or ''} |",
+        f"| orphan processes | {result['orphan_processes']} |",
+        f"| /dev/shm entries left | {len(result['dev_shm_left'])} |",
+        f"| HTTP 5xx answers | {result['http_5xx']} |",
+        f"| tracebacks in the logs | {result['tracebacks']} {result['errors_by_log'] or ''} |",
+        "",
+        "Time from a fault to the progress of every task that was running then (s):",
+        "",
+        "| fault | injected | progressed | median | max |",
+        "|---|---|---|---|---|",
+    ]
+    for kind, row in result["fault_classes"].items():
+        med, top = row["time_to_progress_median_s"], row["time_to_progress_max_s"]
+        lines.append(
+            f"| {kind} | {row['faults']} | {row['progressed']} | "
+            f"{'' if med is None else f'{med:.1f}'} | {'' if top is None else f'{top:.1f}'} |"
+        )
+    lines += ["", "Violations:", ""]
+    lines += [f"- {v['at']:.0f} s {v['invariant']}: {v['detail']}" for v in result["violations"]] or [
+        "- none"
+    ]
+    final = result.get("final") or {}
+    lines += [
+        "",
+        f"At the end: nodes out of service {final.get('nodes_out_of_service', [])}, devices out of service "
+        f"{final.get('devices_out_of_service', [])}, running tasks (id, iteration) {final.get('tasks', [])}.",
+        "",
+        "Faults (seconds into the schedule, kind, target, time to progress):",
+        "",
+    ]
+    lines += [
+        f"- {f['at']:.0f} {f['kind']} {f['target']} "
+        + ("-" if f["progress_s"] is None else f"{f['progress_s']:.1f} s")
+        for f in result["faults"]
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0, help="length of the fault schedule")
@@ -656,6 +712,7 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    out.with_suffix(".md").write_text(markdown(result))
     say(
         f"faults {len(chaos.faults)}, violations {len(violations)} {result['violations_by_invariant']}, "
         f"orphans {len(orphans)}, /dev/shm left {len(shm_left)}, 5xx {http_5xx}, tracebacks {tracebacks}"
