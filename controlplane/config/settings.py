@@ -244,7 +244,8 @@ SPECTACULAR_SETTINGS = {
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        # channels_redis's layer, re-adding this process's group memberships after a Redis restart
+        "BACKEND": "controlplane.config.channel_layer.RejoiningRedisChannelLayer",
         # redis-py 8 gives every connection a 5 s read timeout, and channels-redis blocks up to 5 s
         # waiting for the next message: without a longer socket timeout every idle consumer (agent
         # links, dashboard sockets) is dropped with 1011 after ~5 s (redis/redis-py#4091).
