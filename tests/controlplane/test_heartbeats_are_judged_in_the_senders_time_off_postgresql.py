@@ -90,3 +90,23 @@ def test_a_quick_link_raises_no_alert() -> None:
         last_seen.record(NodeFactory().pk, timezone.now().timestamp(), 0.02)
     assert check_link_backlog() is False
     assert not Alert.objects.filter(message__startswith=LINK_BACKLOG_ALERT_PREFIX).exists()
+
+
+@pytest.mark.django_db
+def test_a_silence_the_links_own_backlog_explains_is_no_verdict() -> None:
+    """The link reads heartbeats 4 s late (a cold start of a fleet on a saturated ASGI process): a node
+    whose newest heartbeat read is 3.5 s old is waiting to be read, not silent; once the link keeps up,
+    the same silence is a verdict."""
+    now = timezone.now()
+    waiting = NodeFactory(last_heartbeat_at=now - timedelta(seconds=3.5))
+    for _ in range(20):  # heartbeats of other nodes read just now, sent 4 s ago
+        last_seen.record(NodeFactory(last_heartbeat_at=now).pk, now.timestamp() - 4.0 + 0.5, 4.0)
+
+    behind = sweep_node_health(now=now)
+
+    assert waiting.name not in behind.suspect + behind.lost
+    assert Node.objects.get(pk=waiting.pk).state == "healthy"
+
+    last_seen.liveness_redis().delete(last_seen.DELAY_KEY)  # the link keeps up again
+    caught_up = sweep_node_health(now=now)
+    assert waiting.name in caught_up.lost

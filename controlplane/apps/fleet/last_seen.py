@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -69,7 +70,7 @@ def record(node_id: int, when: float, delay: float | None = None) -> None:
     pipe = liveness_redis().pipeline(transaction=False)
     pipe.zadd(LAST_SEEN_KEY, {str(node_id): when}, gt=True)
     if delay is not None:
-        pipe.lpush(DELAY_KEY, f"{delay:.4f}")
+        pipe.lpush(DELAY_KEY, f"{delay:.4f}@{time.time():.3f}")
         pipe.ltrim(DELAY_KEY, 0, DELAY_SAMPLES - 1)
     pipe.execute()
 
@@ -135,10 +136,23 @@ class LinkDelay:
     max_s: float
 
 
+def _delay_of(entry: bytes | str) -> tuple[float, float]:
+    """(delay, when it was read) of one :data:`DELAY_KEY` entry ``"<delay>@<read at>"``."""
+    text = entry.decode() if isinstance(entry, bytes) else entry
+    delay, _, read_at = text.partition("@")
+    return float(delay), float(read_at or 0.0)
+
+
+def recent_delays(now_s: float, window_s: float, samples: int = 1024) -> list[float]:
+    """The queueing delays of the heartbeats read in the last ``window_s`` (of the newest ``samples``)."""
+    raw = liveness_redis().lrange(DELAY_KEY, 0, samples - 1)
+    return [delay for delay, read_at in map(_delay_of, raw) if read_at >= now_s - window_s]
+
+
 def link_delay() -> LinkDelay | None:
     """The agent link's queueing delay over its latest :data:`DELAY_SAMPLES` heartbeats."""
     raw = liveness_redis().lrange(DELAY_KEY, 0, DELAY_SAMPLES - 1)
-    values = sorted(float(v) for v in raw)
+    values = sorted(_delay_of(v)[0] for v in raw)
     if not values:
         return None
     if len(values) == 1:

@@ -68,6 +68,9 @@ MASS_SILENCE_ALERT_PREFIX = "Mass silence:"
 LINK_BACKLOG_ALERT_PREFIX = "Agent link backlog:"
 LINK_BACKLOG_CHECK_EVERY_S = 10
 LINK_BACKLOG_REALERT_AFTER_S = 600.0
+READING_LAG_WINDOW_S = 2.0
+"""The heartbeats read in this last window tell how far behind the agent link reads
+(:func:`controlplane.core.failures.reading_lag`); the deadlines are extended by it."""
 RECONCILE_EVERY_S = 30
 """Besides whenever the set holds fewer entries than there are watched nodes (Redis lost it), the sweep
 checks every watched node has an entry once every this many seconds."""
@@ -231,8 +234,14 @@ def sweep_node_health(now: datetime | None = None) -> HealthSweep:
     """One pass of the watchdog; safe to run concurrently (row locks and compare-and-swap)."""
     now = now or timezone.now()
     now_s = now.timestamp()
-    suspect_after = float(settings.UNICRON_SUSPECT_AFTER_S)
-    lost_after = float(settings.UNICRON_LOST_AFTER_S)
+    lag = failures.reading_lag(
+        last_seen.recent_delays(time.time(), READING_LAG_WINDOW_S),
+        float(settings.UNICRON_MASS_SILENCE_LOST_AFTER_S),
+    )
+    if lag > 0:
+        log.warning("node health: the agent link reads heartbeats %.1fs late: deadlines extended by it", lag)
+    suspect_after = float(settings.UNICRON_SUSPECT_AFTER_S) + lag
+    lost_after = float(settings.UNICRON_LOST_AFTER_S) + lag
     stale = _silent_watched_nodes(now_s, now_s - min(suspect_after, lost_after))
     silence = _find_mass_silence(len(stale), lost_after) if stale else None
     suspect: list[str] = []

@@ -42,6 +42,7 @@ from controlplane.core.failures.detectors import (
     expired_nodes,
     heartbeat_deadline,
     heartbeat_expired,
+    reading_lag,
     mass_silence,
 )
 
@@ -75,6 +76,7 @@ __all__ = [
     "fails_the_task",
     "heartbeat_deadline",
     "heartbeat_expired",
+    "reading_lag",
     "mass_silence",
     "reclassify",
     "should_quarantine",

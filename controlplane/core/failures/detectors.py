@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 3.0
@@ -32,6 +32,15 @@ DEFAULT_MASS_SILENCE_FRACTION = 0.5
 
 EXCLUDED_PHASES = frozenset({"first", "warmup", "checkpoint", "eval", "evaluation", "profile"})
 """Phases the worker hook marks as slow on purpose (§5.1)."""
+
+
+def reading_lag(recent_delays: Sequence[float], cap_s: float) -> float:
+    """How far behind the control plane reads heartbeats now: the longest queueing delay among the
+    heartbeats it read in the last moments (``recent_delays``), at most ``cap_s``. A node's silence
+    shorter than its deadline plus this lag is the control plane's backlog, not evidence against the
+    node: its heartbeats are waiting to be read. Nothing read lately is no lag: a link that reads nothing
+    is deaf or its nodes are gone, which the mass-silence rule and the deadlines judge."""
+    return min(max(recent_delays, default=0.0), cap_s)
 
 
 def heartbeat_deadline(last_seen_s: float, timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S) -> float:
