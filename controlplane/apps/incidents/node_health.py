@@ -71,6 +71,8 @@ LINK_BACKLOG_REALERT_AFTER_S = 600.0
 READING_LAG_WINDOW_S = 2.0
 """The heartbeats read in this last window tell how far behind the agent link reads
 (:func:`controlplane.core.failures.reading_lag`); the deadlines are extended by it."""
+READING_LAG_LOG_S = 0.5
+"""A lag this long is logged (shorter ones are the link's ordinary jitter)."""
 RECONCILE_EVERY_S = 30
 """Besides whenever the set holds fewer entries than there are watched nodes (Redis lost it), the sweep
 checks every watched node has an entry once every this many seconds."""
@@ -238,7 +240,7 @@ def sweep_node_health(now: datetime | None = None) -> HealthSweep:
         last_seen.recent_delays(time.time(), READING_LAG_WINDOW_S),
         float(settings.UNICRON_MASS_SILENCE_LOST_AFTER_S),
     )
-    if lag > 0:
+    if lag >= READING_LAG_LOG_S:
         log.warning("node health: the agent link reads heartbeats %.1fs late: deadlines extended by it", lag)
     suspect_after = float(settings.UNICRON_SUSPECT_AFTER_S) + lag
     lost_after = float(settings.UNICRON_LOST_AFTER_S) + lag
