@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -21,6 +20,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agents.prctl import become_subreaper
+from agents.training.zygote_protocol import (
+    Forked,
+    ForkFailed,
+    ForkRequest,
+    ZygoteAnswer,
+    ZygoteProtocolError,
+    ZygoteReady,
+    decode_answer,
+    encode,
+)
 
 log = logging.getLogger("agents.zygote")
 
@@ -145,11 +154,14 @@ class ZygoteLink:
         """Until the zygote says it is ready (True) or dies first (False)."""
         assert self.proc is not None
         msg = await self._read()
-        if msg is None or "ready" not in msg:
+        if isinstance(msg, ForkFailed):
+            self._give_up(f"its first answer is not ready: {msg.error}")
+            return False
+        if not isinstance(msg, ZygoteReady):
             self._give_up(f"it exited while importing (rc {self.proc.returncode}); see zygote.log")
             return False
-        self.ready_s = float(msg["ready"])
-        self.rss_kb = int(msg.get("rss_kb", 0))
+        self.ready_s = msg.ready_s
+        self.rss_kb = msg.rss_kb
         self.state = "ready"
         log.info("spare zygote %s ready after %.2f s (rss %d KiB)", self.pid, self.ready_s, self.rss_kb)
         return True
@@ -166,19 +178,21 @@ class ZygoteLink:
             if not self.ready or self.proc is None or self.proc.stdin is None:
                 raise ZygoteError(f"the zygote is {self.state}")
             try:
-                self.proc.stdin.write((json.dumps({"fork": {"log": str(log_path)}}) + "\n").encode())
+                self.proc.stdin.write(encode(ForkRequest(log=str(log_path))))
                 await self.proc.stdin.drain()
                 msg = await asyncio.wait_for(self._read(), FORK_TIMEOUT_S)
             except (ConnectionError, TimeoutError) as exc:
                 self._give_up(f"a fork request failed: {type(exc).__name__}")
                 raise ZygoteError(self.why_gone) from exc
-            if msg is None or "forked" not in msg:
-                why = (msg or {}).get("error") or "it exited"
+            if not isinstance(msg, Forked):
+                why = "it exited" if msg is None else getattr(msg, "error", f"unexpected {msg.answer!r}")
                 self._give_up(f"a fork failed: {why}")
                 raise ZygoteError(self.why_gone)
-            return int(msg["forked"])
+            return msg.pid
 
-    async def _read(self) -> dict[str, Any] | None:
+    async def _read(self) -> ZygoteAnswer | None:
+        """The zygote's next answer; None: it exited. A malformed answer is a :class:`ForkFailed`
+        naming what is wrong with it."""
         assert self.proc is not None
         assert self.proc.stdout is not None
         line = await self.proc.stdout.readline()
@@ -187,10 +201,9 @@ class ZygoteLink:
                 await asyncio.wait_for(self.proc.wait(), 5)
             return None
         try:
-            msg = json.loads(line)
-        except ValueError:
-            return {"error": f"unreadable reply {line[:80]!r}"}
-        return msg if isinstance(msg, dict) else {"error": f"unexpected reply {msg!r}"}
+            return decode_answer(line)
+        except ZygoteProtocolError as exc:
+            return ForkFailed(error=str(exc))
 
     def _give_up(self, why: str) -> None:
         if self.state == "gone":

@@ -6,9 +6,10 @@ used and replaced, on the cores the training shares. The zygote pays that once p
 starts it like a spare (``python -m agents.training.zygote``, the worker environment, its own session,
 ``PR_SET_PDEATHSIG``, the worker nice value) with two pipes:
 
-- it says ``{"ready": S, "pid": P, "rss_kb": K}`` on its stdout when its imports are done;
-- for each ``{"fork": {"log": PATH}}`` line on its stdin it forks a spare and answers ``{"forked": PID}``
-  (or ``{"error": "..."}``); EOF on stdin: it leaves.
+- it says :class:`~agents.training.zygote_protocol.ZygoteReady` on its stdout when its imports are done;
+- for each :class:`~agents.training.zygote_protocol.ForkRequest` line on its stdin it forks a spare and
+  answers :class:`~agents.training.zygote_protocol.Forked` (or
+  :class:`~agents.training.zygote_protocol.ForkFailed`); EOF on stdin: it leaves.
 
 A spare is forked twice (zygote → intermediate → spare, the intermediate exits at once), so the spare
 is re-parented to the agent, which made itself a child subreaper (:func:`agents.prctl.become_subreaper`):
@@ -27,16 +28,23 @@ each child; the worker seeds torch itself from its assignment.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import TextIO
 
 from agents.prctl import die_with_parent
 from agents.training.hook import EXIT_HOOK_LOST
 from agents.training.spare import hook_socket_path, preload, rss_kb, serve
+from agents.training.zygote_protocol import (
+    Forked,
+    ForkFailed,
+    ZygoteAnswer,
+    ZygoteReady,
+    decode_request,
+    encode,
+)
 
 ADOPTION_TIMEOUT_S = 5.0
 """A forked spare that is not the agent's child this long after the fork leaves (exit code 3): the
@@ -116,8 +124,8 @@ def _become_spare(log_path: str, agent_pid: int, hook_path: str, t0: float, repl
     os._exit(code)
 
 
-def _reply(out: Any, msg: dict[str, Any]) -> None:
-    out.write(json.dumps(msg) + "\n")
+def _reply(out: TextIO, answer: ZygoteAnswer) -> None:
+    out.write(encode(answer).decode())
     out.flush()
 
 
@@ -132,18 +140,17 @@ def main() -> None:
     preload()
     ready_s = time.perf_counter() - t0
     print(f"[zygote] pid {os.getpid()} ready after {ready_s:.2f} s, rss {rss_kb()} KiB", flush=True)
-    _reply(out, {"ready": round(ready_s, 3), "pid": os.getpid(), "rss_kb": rss_kb()})
+    _reply(out, ZygoteReady(ready_s=round(ready_s, 3), pid=os.getpid(), rss_kb=rss_kb()))
     for line in sys.stdin:
         try:
-            cmd = json.loads(line)
-            log_path = str(cmd["fork"]["log"])
+            log_path = decode_request(line).log
             pid = fork_spare(log_path, agent_pid, hook_path, out.fileno())
         except Exception as exc:  # the agent falls back to fresh spare processes
             print(f"[zygote] fork failed: {type(exc).__name__}: {exc}", flush=True)
-            _reply(out, {"error": f"{type(exc).__name__}: {exc}"})
+            _reply(out, ForkFailed(error=f"{type(exc).__name__}: {exc}"))
             continue
         print(f"[zygote] forked spare {pid} -> {log_path}", flush=True)
-        _reply(out, {"forked": pid})
+        _reply(out, Forked(pid=pid))
 
 
 if __name__ == "__main__":
