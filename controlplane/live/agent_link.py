@@ -59,7 +59,6 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import redis
-from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
@@ -108,6 +107,7 @@ from controlplane.core.protocol import (
     decode_agent_frame,
     encode,
 )
+from controlplane.live.heartbeat_batch import heartbeat_batch
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +161,6 @@ def report_handler(report: WorkerReport) -> Callable[[int, WorkerReport], str]:
 # --------------------------------------------------------------------------------------------------
 
 _db = database_sync_to_async
-_off_db_thread = sync_to_async(last_seen.record, thread_sensitive=False)
-"""Redis writes run beside, not behind, the link's database calls (which share one thread)."""
 
 
 class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
@@ -188,8 +186,9 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     _worker: asyncio.Task[None] | None = None
     _send_lock: asyncio.Lock
     _pending_sends_queued: bool = False
-    _beat: tuple[float, float, bool] = (0.0, 0.0, False)
-    """The newest heartbeat's time, its queueing delay, and whether Redis took it."""
+    _beat: tuple[float, float, asyncio.Future[bool] | None] = (0.0, 0.0, None)
+    """The newest heartbeat's time, its queueing delay, and whether Redis took it (once its batch is
+    written: :mod:`controlplane.live.heartbeat_batch`)."""
 
     _layer_down: bool = False
 
@@ -439,13 +438,13 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         hello = cast(Hello, envelope.message)
         self._snapshots = [s.model_dump(mode="json") for s in hello.snapshots]
         when, _delay = self._clock.place(envelope.sent_at.timestamp(), time.time())
-        await self._record_last_seen(when, None)  # first: the watchdog must not judge it by an older one
+        self._record_last_seen(when)  # first: the watchdog must not judge it by an older one
         state, refused = await _db(apply_hello)(self._node_id, hello)
         self._state = state
         # A hello that waited behind others (a cold start of the fleet) makes a node watched whose newest
         # recorded sign of life is that old hello, while fresher heartbeats wait behind it on this link:
         # the node is judged from the moment it joined, as the watchdog judges a node it has no entry for.
-        await self._record_last_seen(time.time(), None)
+        self._record_last_seen(time.time())
         await self._refuse(envelope, "agent_snapshot_refused", refused)
         log.info(
             "agent %s hello: %d devices, session %s, node %s",
@@ -455,12 +454,12 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             state,
         )
         await self._send_pending()
-        await self._record_last_seen(time.time(), None)  # its heartbeats waited behind all of this
+        self._record_last_seen(time.time())  # its heartbeats waited behind all of this
 
     async def _note_heartbeat(self, envelope: AgentEnvelope) -> None:
         """The heartbeat's time into Redis as it arrives (its database part is sequenced)."""
         when, delay = self._clock.place(envelope.sent_at.timestamp(), time.time())
-        self._beat = (when, delay, await self._record_last_seen(when, delay))
+        self._beat = (when, delay, heartbeat_batch().add(self._node_id, when, delay))
         self._newest_beat_seq = envelope.seq
         self._beats += 1
 
@@ -468,7 +467,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if envelope.seq != self._newest_beat_seq:
             return  # a newer heartbeat is queued behind this one: it does the database part
         heartbeat = cast(Heartbeat, envelope.message)
-        when, delay, stored = self._beat
+        when, delay, written = self._beat
+        stored = written is not None and await asyncio.shield(written)  # shared with other links: shielded
+        if not stored:
+            log.warning("agent %s: heartbeat not recorded in Redis: stamped in PostgreSQL", self.node_name)
         snapshots = [s.model_dump(mode="json") for s in heartbeat.snapshots]
         if snapshots != self._snapshots:  # written only when the list changes: the 1 Hz path stays cheap
             self._snapshots = snapshots
@@ -490,17 +492,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             self._state = new
             log.info("agent %s: heartbeat while %s -> %s", self.node_name, state, new)
 
-    async def _record_last_seen(self, when: float, delay: float | None) -> bool:
-        """The node's newest sign of life into Redis; False when Redis could not take it (the caller then
-        stamps PostgreSQL)."""
-        try:
-            await _off_db_thread(self._node_id, when, delay)
-        except redis.RedisError as exc:
-            log.warning(
-                "agent %s: heartbeat not recorded in Redis (%s): stamped in PostgreSQL", self.node_name, exc
-            )
-            return False
-        return True
+    def _record_last_seen(self, when: float) -> None:
+        """The node's newest sign of life into Redis, with the next batch (a heartbeat's own record
+        tells the link whether Redis took it: :meth:`_on_heartbeat`)."""
+        heartbeat_batch().add(self._node_id, when, None)
 
     async def _on_worker_report(self, envelope: AgentEnvelope) -> None:
         report = cast(WorkerReport, envelope.message)

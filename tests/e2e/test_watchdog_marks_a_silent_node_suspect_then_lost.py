@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
+from controlplane.apps.fleet import last_seen
 from controlplane.apps.fleet.models import Node
 from controlplane.apps.incidents.models import Alert, FailureEvent
 from controlplane.apps.incidents.node_health import sweep_node_health
@@ -78,7 +79,8 @@ async def test_a_closed_agent_socket_makes_the_node_suspect_at_once_and_lost_aft
     node = await database_sync_to_async(Node.objects.get)(pk=registered.node.pk)
     assert node.state == "suspect"
     assert node.last_heartbeat_at is not None
+    heard = last_seen.last_seen([node.pk])[node.pk]  # its newest sign of life
     sweep = await database_sync_to_async(sweep_node_health)(
-        now=node.last_heartbeat_at + timedelta(seconds=LOST + 0.1)
+        now=datetime.fromtimestamp(heard, tz=UTC) + timedelta(seconds=LOST + 0.1)
     )
     assert sweep.lost == [registered.name]

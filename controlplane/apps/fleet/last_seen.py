@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import cast
@@ -71,6 +71,18 @@ def record(node_id: int, when: float, delay: float | None = None) -> None:
     pipe.zadd(LAST_SEEN_KEY, {str(node_id): when}, gt=True)
     if delay is not None:
         pipe.lpush(DELAY_KEY, f"{delay:.4f}@{time.time():.3f}")
+        pipe.ltrim(DELAY_KEY, 0, DELAY_SAMPLES - 1)
+    pipe.execute()
+
+
+def record_many(times: Mapping[int, float], delays: Sequence[tuple[float, float]] = ()) -> None:
+    """Heartbeats of many nodes in one pipelined round trip: node id → its newest time, and the queueing
+    delays measured with the time each was read (``(delay, read at)``)."""
+    pipe = liveness_redis().pipeline(transaction=False)
+    if times:
+        pipe.zadd(LAST_SEEN_KEY, {str(node_id): when for node_id, when in times.items()}, gt=True)
+    if delays:
+        pipe.lpush(DELAY_KEY, *[f"{delay:.4f}@{read_at:.3f}" for delay, read_at in delays])
         pipe.ltrim(DELAY_KEY, 0, DELAY_SAMPLES - 1)
     pipe.execute()
 
