@@ -180,8 +180,9 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     _state: str | None = None
     """The node's state as this link last read or was told it (``node.state`` events)."""
     _beats: int = 0
-    _newest_beat_seq: int = -1
+    _newest_beat: AgentEnvelope | None = None
     """The newest heartbeat received (its database part is done for the newest one only)."""
+    _beat_queued: bool = False
     _work: asyncio.Queue[Callable[[], Awaitable[None]] | None]
     _worker: asyncio.Task[None] | None = None
     _send_lock: asyncio.Lock
@@ -360,7 +361,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 return
             self.session = envelope.session  # the frames behind it belong to this session
         elif mtype == "heartbeat":
-            await self._note_heartbeat(envelope)
+            self._note_heartbeat(envelope)
+            if self._beat_queued:
+                return  # the queued one does the database part with the newest heartbeat
+            self._beat_queued = True
         handler = self._handlers()[mtype]
         self._enqueue(lambda: self._handle(handler, envelope))
 
@@ -456,16 +460,18 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         await self._send_pending()
         self._record_last_seen(time.time())  # its heartbeats waited behind all of this
 
-    async def _note_heartbeat(self, envelope: AgentEnvelope) -> None:
+    def _note_heartbeat(self, envelope: AgentEnvelope) -> None:
         """The heartbeat's time into Redis as it arrives (its database part is sequenced)."""
         when, delay = self._clock.place(envelope.sent_at.timestamp(), time.time())
         self._beat = (when, delay, heartbeat_batch().add(self._node_id, when, delay))
-        self._newest_beat_seq = envelope.seq
+        self._newest_beat = envelope
         self._beats += 1
 
     async def _on_heartbeat(self, envelope: AgentEnvelope) -> None:
-        if envelope.seq != self._newest_beat_seq:
-            return  # a newer heartbeat is queued behind this one: it does the database part
+        """The database part of the newest heartbeat received (one is queued at a time: while the link's
+        database work waits, its heartbeats do not pile up behind it)."""
+        self._beat_queued = False
+        envelope = self._newest_beat or envelope
         heartbeat = cast(Heartbeat, envelope.message)
         when, delay, written = self._beat
         stored = written is not None and await asyncio.shield(written)  # shared with other links: shielded

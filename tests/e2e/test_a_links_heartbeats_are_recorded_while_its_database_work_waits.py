@@ -52,3 +52,39 @@ async def test_heartbeats_reach_redis_while_the_links_database_work_is_held(
     assert still_held
     assert seen[-1] > heard_at_hello + 1.5  # each heartbeat moved the node's time forward
     assert time.time() - seen[-1] < 1.0
+
+
+async def test_heartbeats_do_not_pile_up_behind_the_links_held_database_work(
+    registered: Registered, connect: Connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the newest heartbeat's database part waits: a link whose database work is held for seconds
+    (a cold start of thousands of nodes) would otherwise queue every heartbeat it reads meanwhile."""
+    release = threading.Event()
+    applied = threading.Event()
+    pending_commands = agent_link.pending_commands
+
+    def held_pending_commands(node_id: int) -> object:
+        applied.set()
+        release.wait(HELD_S)
+        return pending_commands(node_id)
+
+    handled: list[int] = []
+    on_heartbeat = agent_link.AgentLinkConsumer._on_heartbeat
+
+    async def counted(self: agent_link.AgentLinkConsumer, envelope: object) -> None:
+        handled.append(1)
+        await on_heartbeat(self, envelope)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(agent_link, "pending_commands", held_pending_commands)
+    monkeypatch.setattr(agent_link.AgentLinkConsumer, "_on_heartbeat", counted)
+    agent = await connect(registered.token, registered.name)
+    await agent.hello()
+    while not applied.is_set():
+        await asyncio.sleep(0.01)
+    for _ in range(20):
+        await agent.heartbeat()
+    await asyncio.sleep(0.2)
+    release.set()
+    await agent.settle()
+
+    assert len(handled) == 1

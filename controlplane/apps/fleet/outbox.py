@@ -16,11 +16,10 @@ import hashlib
 import logging
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 from pydantic import ValidationError
 
+from controlplane.apps.common.broadcast import group_send
 from controlplane.apps.fleet.models import AgentCommand
 from controlplane.core.protocol import COMMAND_TYPES, COORDINATOR_MESSAGE_ADAPTER, Command
 
@@ -81,13 +80,8 @@ def command_message(row: AgentCommand) -> Command:
 
 
 def _tell(node_name: str, event: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(agent_group(node_name), event)
-    except Exception:  # best effort: what the event says is in PostgreSQL, read on the next (re)connect
-        log.warning("agent link of %s not told %s", node_name, event["type"], exc_info=True)
+    # best effort: what the event says is in PostgreSQL, read on the next (re)connect
+    group_send(agent_group(node_name), event)
 
 
 def _wake(node_name: str) -> None:
