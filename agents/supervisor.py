@@ -1,14 +1,13 @@
-"""The local supervisor: starts a task's workers, watches them, turns what it sees into evidence.
+"""The local supervisor: starts a task's workers, stops and reconfigures them, supervises their processes.
 
-Three of the four in-band detectors run here (the fourth, node health, runs on the coordinator):
+Three of the four in-band detectors run in the agent (the fourth, node health, runs on the coordinator):
 
-- **process supervision**: every worker is a child process; ``await proc.wait()`` wakes the agent
-  as soon as it exits, and the exit code / signal is reported (``WorkerExited``);
-- **exception propagation**: the worker's hook forwards caught exceptions over the Unix socket
-  (``WorkerException``), then leaves with :data:`~agents.training.hook.EXIT_EXCEPTION`;
-- **online statistical monitoring**: iteration timings from the hook feed a per-rank hang monitor
-  and a per-task straggler detector (:mod:`agents.monitor`); before a hung worker is killed its
-  Python stack is captured (``SIGUSR1`` → faulthandler) into the ``HangVerdict``.
+- **process supervision** (here): every worker is a child process; ``await proc.wait()`` wakes the
+  agent as soon as it exits, and the exit code / signal is reported (``WorkerExited``);
+- **exception propagation** and **online statistical monitoring** (hangs, stragglers) run in the
+  :class:`~agents.worker_monitor.WorkerMonitor`, which handles the hook events of every worker, checks
+  them for hangs and flushes their statistics; it reads the workers and sends its reports through the
+  supervisor (:class:`~agents.worker_monitor.MonitorHost`).
 
 Workers are either real processes (``megatron``) or in-agent simulated workers (``sim``,
 :mod:`agents.sim`); the supervisor drives both through one :class:`~agents.worker_handle.WorkerHandle`
@@ -21,9 +20,7 @@ reports carry them from then on; reports of its old epoch that arrive late keep 
 hook tags them), resets its hang/straggler warm-up, and sends it a transition order down the hook
 socket. Only ranks without a live local process start fresh; local workers the new epoch does not
 list are stopped. In elastic mode (``elastic_wait_s > 0``) a worker whose collective failed reports
-the exception and waits for that order instead of exiting; the hang monitor then kills only the rank
-that did not finish its micro-batches, not the peers waiting for it in the all-reduce (victims are
-killed only if still stuck one threshold later).
+the exception and waits for that order instead of exiting.
 
 Warm spares, their zygote, the reaping of orphaned processes and the *warming* state are the
 :class:`~agents.spare_pool.SparePool`'s: wherever a worker process would be launched (StartWorkers, a
@@ -36,10 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,9 +45,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agents.api import ExitRecord, RunResult, WorkerSpec, WorkerState
+from agents.api import ExitRecord, WorkerSpec, WorkerState
 from agents.guard import ENV_AGENT_INSTANCE
-from agents.monitor import MonitorConfig, RankMonitor, TaskStragglers
+from agents.monitor import MonitorConfig, TaskStragglers
 from agents.prctl import die_with_parent
 from agents.settings import worker_nice
 from agents.sim import SimWorker
@@ -62,38 +57,23 @@ from agents.training.elastic import TransitionSpec
 from agents.training.hook import ENV_RANK, ENV_SOCKET, ENV_STACK_FILE
 from agents.training.hook_protocol import (
     AssignOrder,
-    AwaitingOrder,
-    CheckpointDone,
-    ComputeDone,
     DrillAnswer,
     DrillRequest,
-    Evaluated,
-    ExceptionRaised,
     FaultOrder,
     HookEvent,
-    HookOrder,
     HookProtocolError,
-    IterationEnd,
-    IterationStart,
-    MicroBatchDone,
-    SlowPhase,
-    TrainingDone,
-    TransitionDone,
     TransitionOrder,
     decode_event,
     encode,
 )
 from agents.training.snapshot import ENV_SNAPSHOT_DIR
 from agents.worker_handle import ProcessHandle, WorkerHandle
+from agents.worker_monitor import WorkerMonitor
+from agents.workers import TaskGroup, Worker
 from controlplane.core.protocol import (
-    CheckpointSaved,
     Detector,
     FaultSpec,
-    HangVerdict,
-    IterationStats,
-    StragglerVerdict,
     WorkerEvent,
-    WorkerException,
     WorkerExited,
     WorkerReport,
     WorkerStarted,
@@ -103,12 +83,6 @@ from controlplane.core.protocol import (
 log = logging.getLogger("agents.supervisor")
 
 Emit = Callable[[WorkerReport], None]
-STATS_INTERVAL_S = 1.0
-QUIET_STATS_INTERVAL_S = 10.0
-"""Ranks other than the first and the last report their statistics this often (the first report of each
-epoch at once: the transition's resume step waits for every rank's). Rank 0's rates and the last rank's
-loss are what the control plane shows; the others' reports only advance progress, and at one a second from
-every rank a node of 8 GPUs sent 9 messages a second instead of 1."""
 
 
 def _ts(t: float) -> datetime:
@@ -122,131 +96,6 @@ def _prepare_child() -> None:  # pragma: no cover - runs in the child
     nice = worker_nice()
     if nice:
         os.nice(nice)
-
-
-class Worker:
-    """One rank on this node: its process (or simulation), state and monitoring data."""
-
-    def __init__(self, spec: WorkerSpec, rank: int, device: int, cfg: MonitorConfig) -> None:
-        self.spec = spec
-        self.rank = rank
-        self.device = device
-        self.state = WorkerState.INIT
-        self.handle: WorkerHandle | None = None
-        """What runs the rank (a process, or a simulation); None until it is launched."""
-        self.monitor = RankMonitor(cfg)
-        self.iteration: int | None = None
-        self.iter_start: float | None = None
-        self.phase = "init"
-        self.slow_phase: str | None = None
-        self.slow_since = 0.0
-        self.expected_exit = False
-        self.finished = False
-        self.exception_reported = False
-        self.hang_reported = False
-        self.exit: ExitRecord | None = None
-        self.pending_orders: list[HookOrder] = []
-        """Orders sent before the rank was launched (delivered to its handle)."""
-        self.transition: TransitionSpec | None = None
-        self.old_rank: int | None = None
-        """The rank of its previous epoch (reports of that epoch arriving late keep it)."""
-        """Set when a transition started this worker or moved it in place to its current epoch."""
-        self.synced_it: int | None = None
-        """Last iteration whose micro-batches this rank finished (it then waits for its peers)."""
-        # interval statistics
-        self.durations: list[float] = []
-        self.computes: list[float] = []
-        self.first_it: int | None = None
-        self.last_it: int | None = None
-        self.first_iteration = asyncio.Event()
-        """Set when the worker completed its first iteration (a warm spare's replacement waits)."""
-        self.mbs = 0
-        self.tokens = 0
-        self.flops = 0.0
-        self.loss: float | None = None
-        self.learning_rate: float | None = None
-        self.grad_norm: float | None = None
-        self.validation: tuple[int, float] | None = None
-        """The latest evaluation not yet reported: (iteration, validation loss)."""
-        self.loop_epoch: int | None = None
-        """The epoch of this rank's latest completed iteration: it reached that epoch's training loop."""
-        self.stats_epoch: int | None = None
-        """The epoch of this rank's latest statistics report."""
-        self.stats_at = 0.0
-        self.exited = asyncio.Event()
-
-    @property
-    def pid(self) -> int | None:
-        return self.handle.pid if self.handle is not None else None
-
-    def attach(self, handle: WorkerHandle) -> None:
-        self.handle = handle
-        for order in self.pending_orders:
-            handle.send(order)
-        self.pending_orders.clear()
-
-    def status(self) -> WorkerStatus:
-        return WorkerStatus(
-            task_id=self.spec.task_id,
-            epoch=self.spec.epoch,
-            rank=self.rank,
-            device=self.device,
-            pid=self.pid,
-            state=self.state.value,
-            iteration=self.last_it,
-        )
-
-    def reset_monitoring(self, cfg: MonitorConfig) -> None:
-        """A new epoch: the iteration time changes (new DP size, new micro-batch count) and the
-        first iteration recomputes lost work, so hang and straggler monitors warm up again."""
-        self.monitor = RankMonitor(cfg)
-        self.hang_reported = False
-        self.exception_reported = False
-        self.synced_it = None
-        if self.state == WorkerState.UNHEALTHY:
-            self.state = WorkerState.HEALTHY
-
-    def send_order(self, order: HookOrder) -> None:
-        if self.handle is not None:
-            self.handle.send(order)
-        else:
-            self.pending_orders.append(order)
-
-    def signal(self, sig: int) -> None:
-        if self.handle is not None and self.exit is None:
-            self.handle.signal(sig)
-
-    async def capture_stack(self, wait_s: float = 0.3) -> str:
-        """Python stacks of all the worker's threads (a process's: faulthandler on SIGUSR1)."""
-        if self.handle is None or self.exit is not None:
-            return ""
-        return await self.handle.capture_stack(wait_s)
-
-
-class TaskGroup:
-    def __init__(
-        self, spec: WorkerSpec, cfg: MonitorConfig, workers: dict[int, Worker] | None = None
-    ) -> None:
-        self.spec = spec
-        self.workers: dict[int, Worker] = (
-            {ra.rank: Worker(spec, ra.rank, ra.device, cfg) for ra in spec.launch.ranks}
-            if workers is None
-            else workers
-        )
-        self.stragglers = TaskStragglers(cfg)
-
-    def result(self) -> RunResult:
-        exits = {r: w.exit for r, w in self.workers.items() if w.exit is not None}
-        states = {w.state for w in self.workers.values()}
-        if WorkerState.FAILED in states:
-            state = WorkerState.FAILED
-        elif all(s == WorkerState.SUCCEEDED for s in states):
-            state = WorkerState.SUCCEEDED
-        elif all(s.is_terminal for s in states):
-            state = WorkerState.STOPPED
-        else:
-            state = WorkerState.HEALTHY
-        return RunResult(state, exits)
 
 
 class Supervisor:
@@ -276,7 +125,6 @@ class Supervisor:
         self.elastic_wait_s = elastic_wait_s
         self.worker_kind = worker_kind
         self.cfg = monitor or MonitorConfig()
-        self.kill_hung = kill_hung
         self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix="unicron-agent-"))
         self.socket_path = self.run_dir / "hook.sock"
         if len(str(self.socket_path)) > 100:  # AF_UNIX path limit (108 bytes)
@@ -287,7 +135,6 @@ class Supervisor:
         """Worker processes by pid: a hook connection's hello binds to its handle."""
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._last_flush = time.time()
         self.drill: Callable[[str | None, FaultSpec], str] | None = None
         """Set by the agent: runs a fault drill (also node_loss) from the local drill CLI."""
         self.spare_pool = SparePool(
@@ -301,8 +148,8 @@ class Supervisor:
         )
         self.on_task_completed: Callable[[str], None] | None = None
         """Set by the agent: every local rank of the task finished its training (exit 0, done)."""
-        self.on_hook_delay: Callable[[float], None] | None = None
-        """Set by the agent's metrics: seconds from a worker stamping a hook event to its handling."""
+        self.worker_monitor = WorkerMonitor(self, self.cfg, kill_hung, elastic_wait_s)
+        """Hook events, hangs, stragglers and statistics of the workers (:mod:`agents.worker_monitor`)."""
         self.instance = uuid.uuid4().hex
         """This agent's id in the environment of every process it starts (:mod:`agents.guard`)."""
         self.guard: subprocess.Popen[bytes] | None = None
@@ -312,7 +159,7 @@ class Supervisor:
         if self.worker_kind == "megatron":
             self.guard = self._start_guard()
         self._server = await asyncio.start_unix_server(self._serve_hook, path=str(self.socket_path))
-        self._spawn(self._monitor_loop())
+        self.worker_monitor.start()
         await self.spare_pool.start(self._worker_pids)
 
     async def close(self) -> None:
@@ -320,6 +167,7 @@ class Supervisor:
         for group in list(self.groups.values()):
             await self.stop_group(group.spec.task_id, grace_s=0.0)
         await self.spare_pool.close()
+        self.worker_monitor.close()
         for t in list(self._tasks):
             t.cancel()
         if self._server is not None:
@@ -411,7 +259,7 @@ class Supervisor:
         return env
 
     # ------------------------------------------------------------------ evidence
-    def _report(
+    def report(
         self,
         w: Worker,
         event: WorkerEvent,
@@ -450,7 +298,7 @@ class Supervisor:
         launch = self._LAUNCHERS.get(w.spec.kind, Supervisor._launch_process)
         handle = await launch(self, w)
         w.attach(handle)
-        self._report(w, WorkerStarted(pid=handle.pid if handle.pid is not None else os.getpid()), None)
+        self.report(w, WorkerStarted(pid=handle.pid if handle.pid is not None else os.getpid()), None)
         self._spawn(self._watch(w, handle))
 
     async def _launch_sim(self, w: Worker) -> WorkerHandle:
@@ -525,8 +373,8 @@ class Supervisor:
             w.state = WorkerState.SUCCEEDED
         else:
             w.state = WorkerState.FAILED
-        self._flush_stats(w)
-        self._report(
+        self.worker_monitor.flush_stats(w)
+        self.report(
             w,
             WorkerExited(
                 exit_code=exit_code,
@@ -597,238 +445,16 @@ class Supervisor:
 
     def on_event(self, w: Worker, ev: HookEvent) -> None:
         """A decoded hook event of worker ``w`` (from its socket, or from a simulated worker)."""
-        stamped = getattr(ev, "t", None)
-        if self.on_hook_delay is not None and stamped is not None:
-            self.on_hook_delay(time.time() - stamped)
-        handler = self._EVENT_HANDLERS.get(ev.ev)
-        if handler is None:
-            log.warning("hook event %r is not expected from a worker", ev.ev)
-            return
-        handler(self, w, ev)
+        self.worker_monitor.on_event(w, ev)
 
-    def _stale(self, w: Worker, ep: int | None) -> bool:
-        """An event of the worker's previous epoch arriving after it was moved to a new one."""
-        return ep is not None and ep < w.spec.epoch
+    @property
+    def on_hook_delay(self) -> Callable[[float], None] | None:
+        """Set by the agent's metrics: seconds from a worker stamping a hook event to its handling."""
+        return self.worker_monitor.on_hook_delay
 
-    def _ev_iter_start(self, w: Worker, ev: IterationStart) -> None:
-        if self._stale(w, ev.ep):
-            return
-        w.iteration = ev.it
-        w.iter_start = ev.t
-        w.phase = ev.phase
-        if w.state == WorkerState.INIT:
-            w.state = WorkerState.HEALTHY
-
-    def _ev_iter_end(self, w: Worker, ev: IterationEnd) -> None:
-        if self._stale(w, ev.ep):
-            w.iter_start = None  # the old epoch's last iteration: its statistics went out at the re-key
-            return
-        it, dur, phase, compute = ev.it, ev.dur, ev.phase, ev.compute
-        w.iter_start = None
-        w.loop_epoch = w.spec.epoch
-        w.first_iteration.set()
-        w.monitor.observe(dur, phase)
-        if w.first_it is None:
-            w.first_it = it
-        w.last_it = it
-        w.durations.append(dur)
-        w.computes.append(compute)
-        w.mbs += ev.mbs
-        w.tokens += ev.tokens or 0
-        w.flops += ev.flops or 0.0
-        if ev.loss is not None:
-            w.loss = ev.loss
-        if ev.lr is not None:
-            w.learning_rate = ev.lr
-        if ev.grad_norm is not None and math.isfinite(ev.grad_norm):
-            w.grad_norm = ev.grad_norm
-        group = self.groups.get(w.spec.task_id)
-        if group is None:
-            return
-        verdict = group.stragglers.observe(w.rank, compute, phase)
-        if verdict is not None:
-            if w.state == WorkerState.HEALTHY:
-                w.state = WorkerState.UNHEALTHY
-            self._report(
-                w,
-                StragglerVerdict(
-                    iteration=it,
-                    compute_s=verdict.rank_median_s,
-                    peer_median_s=verdict.peer_median_s,
-                    ratio=verdict.ratio,
-                ),
-                "statistical_monitoring",
-            )
-
-    def _ev_mb(self, w: Worker, ev: MicroBatchDone) -> None:
-        pass  # counted at iteration end; the event keeps the micro-batch's global identity flowing
-
-    def _ev_sync(self, w: Worker, ev: ComputeDone) -> None:
-        if ev.it is not None:
-            w.synced_it = ev.it
-
-    def _ev_await(self, w: Worker, ev: AwaitingOrder) -> None:
-        """The worker's collective failed; it waits for a transition order, not in an iteration."""
-        w.iter_start = None
-        w.slow_phase = None
-        w.phase = "await"
-
-    def _ev_transition(self, w: Worker, ev: TransitionDone) -> None:
-        self._report(w, ev.report, None, ev.t, epoch=ev.ep)
-
-    def _ev_checkpoint(self, w: Worker, ev: CheckpointDone) -> None:
-        report = CheckpointSaved(iteration=ev.it, path=ev.path, size_bytes=ev.size_bytes)
-        self._report(w, report, None, ev.t, epoch=ev.ep)
-
-    def _ev_eval(self, w: Worker, ev: Evaluated) -> None:
-        """An evaluation's loss goes out in a report of its own iteration: the statistics so far are
-        flushed with it (a report carries one validation loss: a pending one goes out first)."""
-        if self._stale(w, ev.ep) or not math.isfinite(ev.loss):
-            return
-        if w.validation is not None:
-            self._flush_stats(w)
-        w.validation = (ev.it, ev.loss)
-        self._flush_stats(w)
-
-    def _ev_phase(self, w: Worker, ev: SlowPhase) -> None:
-        if ev.state == "begin":
-            w.slow_phase = ev.phase
-            w.slow_since = ev.t
-        else:
-            w.slow_phase = None
-
-    def _ev_exception(self, w: Worker, ev: ExceptionRaised) -> None:
-        stale = self._stale(w, ev.ep)
-        if not stale:
-            w.exception_reported = True
-        self._report(
-            w,
-            WorkerException(
-                exc_type=ev.type,
-                message=ev.msg,
-                traceback=ev.tb,
-                iteration=ev.it,
-                in_collective=ev.in_collective,
-                waiting=ev.waiting,
-            ),
-            "exception_propagation",
-            ev.t,
-            epoch=ev.ep if stale else None,
-            rank=w.old_rank if stale else None,
-        )
-
-    def _ev_done(self, w: Worker, ev: TrainingDone) -> None:
-        w.finished = True
-
-    _EVENT_HANDLERS: dict[str, Callable[[Supervisor, Worker, Any], None]] = {
-        "iter_start": _ev_iter_start,
-        "iter_end": _ev_iter_end,
-        "mb": _ev_mb,
-        "phase": _ev_phase,
-        "eval": _ev_eval,
-        "exception": _ev_exception,
-        "done": _ev_done,
-        "sync": _ev_sync,
-        "await": _ev_await,
-        "transition": _ev_transition,
-        "checkpoint": _ev_checkpoint,
-    }
-    """The events of a bound worker, by their ``ev`` (hello, spare and drill frames come before)."""
-
-    # ------------------------------------------------------------------ statistical monitoring
-    async def _monitor_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.poll_s)
-            now = time.time()
-            for group in list(self.groups.values()):
-                for w in group.workers.values():
-                    if not w.state.is_running or w.exit is not None:
-                        continue
-                    self._check_hang(w, now)
-            if now - self._last_flush >= STATS_INTERVAL_S:
-                self._last_flush = now
-                for group in self.groups.values():
-                    for w in group.workers.values():
-                        self._flush_stats(w)
-
-    def _check_hang(self, w: Worker, now: float) -> None:
-        if w.hang_reported:
-            return
-        if w.slow_phase is not None:
-            hang = w.monitor.check(now - w.slow_since, w.slow_phase)
-            it = w.iteration if w.iteration is not None else -1
-        elif w.iter_start is not None:
-            hang = w.monitor.check(now - w.iter_start, w.phase)
-            it = w.iteration if w.iteration is not None else -1
-        else:
-            return
-        if hang is None:
-            return
-        w.state = WorkerState.UNHEALTHY
-        w.hang_reported = True
-        self._spawn(self._handle_hang(w, it, hang.elapsed_s, hang.threshold_s, hang.median_s, hang.phase))
-
-    async def _handle_hang(
-        self, w: Worker, it: int, elapsed: float, threshold: float, median: float | None, phase: str
-    ) -> None:
-        if self.elastic_wait_s > 0 and w.synced_it == it and w.slow_phase is None:
-            # A victim: it finished its micro-batches and waits in the all-reduce for a stuck peer.
-            # The culprit's agent kills the culprit and this rank's collective then fails fast; kill
-            # it only if it is still stuck in the same iteration one threshold later.
-            await asyncio.sleep(threshold)
-            if w.exit is not None or w.iteration != it or w.iter_start is None:
-                w.hang_reported = False
-                if w.state == WorkerState.UNHEALTHY and w.exit is None:
-                    w.state = WorkerState.HEALTHY
-                return
-            elapsed += threshold
-        stack = await w.capture_stack()
-        self._report(
-            w,
-            HangVerdict(
-                iteration=it,
-                elapsed_s=elapsed,
-                threshold_s=threshold,
-                median_iteration_s=median,
-                phase=phase if phase in ("train", "first", "checkpoint", "evaluation") else "train",
-                stack=stack,
-            ),
-            "statistical_monitoring",
-            (w.iter_start or time.time()) + threshold,
-        )
-        if self.kill_hung:
-            w.signal(signal.SIGKILL)
-
-    def _flush_stats(self, w: Worker) -> None:
-        if not w.durations or w.first_it is None or w.last_it is None:
-            return
-        now = time.monotonic()
-        shown = w.rank in (0, w.spec.launch.world_size - 1)  # rates and loss: every interval
-        if not shown and w.stats_epoch == w.spec.epoch and now - w.stats_at < QUIET_STATS_INTERVAL_S:
-            return  # the interval goes on accumulating
-        w.stats_epoch, w.stats_at = w.spec.epoch, now
-        self._report(
-            w,
-            IterationStats(
-                first_iteration=w.first_it,
-                last_iteration=w.last_it,
-                iterations=len(w.durations),
-                median_s=statistics.median(w.durations),
-                max_s=max(w.durations),
-                compute_median_s=statistics.median(w.computes),
-                micro_batches=w.mbs,
-                tokens=w.tokens,
-                model_flops=w.flops,
-                loss=w.loss,
-                validation_loss=w.validation[1] if w.validation is not None else None,
-                validation_iteration=w.validation[0] if w.validation is not None else None,
-                learning_rate=w.learning_rate,
-                grad_norm=w.grad_norm,
-            ),
-            None,
-        )
-        w.validation = None
-        w.durations, w.computes, w.first_it, w.mbs, w.tokens, w.flops = [], [], None, 0, 0, 0.0
+    @on_hook_delay.setter
+    def on_hook_delay(self, callback: Callable[[float], None] | None) -> None:
+        self.worker_monitor.on_hook_delay = callback
 
     # ------------------------------------------------------------------ commands
     async def stop_group(self, task_id: str, ranks: list[int] | None = None, grace_s: float = 5.0) -> None:
@@ -898,7 +524,7 @@ class Supervisor:
         group.stragglers = TaskStragglers(self.cfg)
         group.workers = {}
         for new_rank, w in keep.items():
-            self._flush_stats(w)  # the old epoch's statistics go out under the old epoch
+            self.worker_monitor.flush_stats(w)  # the old epoch's statistics go out under the old epoch
             w.old_rank = w.rank
             w.rank, w.spec, w.transition = new_rank, spec, transition
             w.reset_monitoring(self.cfg)

@@ -251,7 +251,7 @@ class TrainingHook:
         """All local micro-batches done; what follows is gradient synchronisation and the update.
 
         The agent learns that this rank now waits for its peers: if the iteration then hangs, this
-        rank is a victim of a hung peer, not the culprit (see :mod:`agents.supervisor`)."""
+        rank is a victim of a hung peer, not the culprit (see :mod:`agents.worker_monitor`)."""
         now = time.time()
         self._compute_s = now - self._iter_start
         self._send(ComputeDone(it=self._iteration, t=now))

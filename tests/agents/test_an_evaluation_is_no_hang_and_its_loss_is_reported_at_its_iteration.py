@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from agents.api import WorkerSpec
-from agents.supervisor import Supervisor, Worker
+from agents.supervisor import Supervisor
 from agents.training.hook_protocol import (
     Evaluated,
     IterationEnd,
@@ -17,6 +17,7 @@ from agents.training.hook_protocol import (
     decode_event,
     encode,
 )
+from agents.workers import Worker
 from controlplane.core.protocol import IterationStats, WorkerReport
 from tests.agents.helpers import launch
 
@@ -37,7 +38,7 @@ def test_evaluation_is_not_a_hang_and_its_loss_is_reported_once_at_its_iteration
 
     start = time.time()
     sup.on_event(w, SlowPhase(phase="evaluation", state="begin", t=start))
-    sup._check_hang(w, start + 60.0)  # sixty seconds into the evaluation, after 50 ms iterations
+    sup.worker_monitor.check_hang(w, start + 60.0)  # 60 s into the evaluation, after 50 ms iterations
     assert not w.hang_reported
     assert not sent
     sup.on_event(w, SlowPhase(phase="evaluation", state="end", t=start + 60.0))
@@ -51,6 +52,6 @@ def test_evaluation_is_not_a_hang_and_its_loss_is_reported_once_at_its_iteration
     assert stats[0].max_s == 0.05  # the evaluation's time is no iteration's
 
     iterate(sup, w, range(20, 23))
-    sup._flush_stats(w)
+    sup.worker_monitor.flush_stats(w)
     later = [r.event for r in sent if isinstance(r.event, IterationStats)][1:]
     assert [(s.first_iteration, s.last_iteration, s.validation_loss) for s in later] == [(20, 22, None)]
