@@ -34,13 +34,17 @@ EXCLUDED_PHASES = frozenset({"first", "warmup", "checkpoint", "eval", "evaluatio
 """Phases the worker hook marks as slow on purpose (§5.1)."""
 
 
-def reading_lag(recent_delays: Sequence[float], cap_s: float) -> float:
-    """How far behind the control plane reads heartbeats now: the longest queueing delay among the
-    heartbeats it read in the last moments (``recent_delays``), at most ``cap_s``. A node's silence
+def reading_lag(recent_delays: Sequence[float], cap_s: float, quantile: float = 0.9) -> float:
+    """How far behind the control plane reads heartbeats now: the ``quantile`` of the queueing delays of
+    the heartbeats it read in the last moments (``recent_delays``), at most ``cap_s``. A node's silence
     shorter than its deadline plus this lag is the control plane's backlog, not evidence against the
-    node: its heartbeats are waiting to be read. Nothing read lately is no lag: a link that reads nothing
-    is deaf or its nodes are gone, which the mass-silence rule and the deadlines judge."""
-    return min(max(recent_delays, default=0.0), cap_s)
+    node: its heartbeats are waiting to be read. A quantile, not the longest delay: one frame that waited
+    behind a pause must not hold back every verdict. Nothing read lately is no lag: a link that reads
+    nothing is deaf or its nodes are gone, which the mass-silence rule and the deadlines judge."""
+    if not recent_delays:
+        return 0.0
+    ordered = sorted(recent_delays)
+    return min(ordered[min(len(ordered) - 1, int(quantile * len(ordered)))], cap_s)
 
 
 def heartbeat_deadline(last_seen_s: float, timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S) -> float:
