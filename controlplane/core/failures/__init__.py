@@ -42,8 +42,8 @@ from controlplane.core.failures.detectors import (
     expired_nodes,
     heartbeat_deadline,
     heartbeat_expired,
-    reading_lag,
     mass_silence,
+    reading_lag,
 )
 
 __all__ = [
@@ -76,8 +76,8 @@ __all__ = [
     "fails_the_task",
     "heartbeat_deadline",
     "heartbeat_expired",
-    "reading_lag",
     "mass_silence",
+    "reading_lag",
     "reclassify",
     "should_quarantine",
 ]
