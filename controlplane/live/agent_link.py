@@ -458,7 +458,8 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             state,
         )
         await self._send_pending()
-        self._record_last_seen(time.time())  # its heartbeats waited behind all of this
+        # its heartbeats waited behind all of this; the hello is handled once Redis has the node's time
+        await asyncio.shield(self._record_last_seen(time.time()))
 
     def _note_heartbeat(self, envelope: AgentEnvelope) -> None:
         """The heartbeat's time into Redis as it arrives (its database part is sequenced)."""
@@ -498,10 +499,10 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             self._state = new
             log.info("agent %s: heartbeat while %s -> %s", self.node_name, state, new)
 
-    def _record_last_seen(self, when: float) -> None:
-        """The node's newest sign of life into Redis, with the next batch (a heartbeat's own record
-        tells the link whether Redis took it: :meth:`_on_heartbeat`)."""
-        heartbeat_batch().add(self._node_id, when, None)
+    def _record_last_seen(self, when: float) -> asyncio.Future[bool]:
+        """The node's newest sign of life into Redis, with the next batch; the future says whether Redis
+        took it (a heartbeat's own record tells the link so: :meth:`_on_heartbeat`)."""
+        return heartbeat_batch().add(self._node_id, when, None)
 
     async def _on_worker_report(self, envelope: AgentEnvelope) -> None:
         report = cast(WorkerReport, envelope.message)

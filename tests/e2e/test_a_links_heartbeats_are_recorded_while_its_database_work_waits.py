@@ -37,6 +37,10 @@ async def test_heartbeats_reach_redis_while_the_links_database_work_is_held(
     while not applied.is_set():
         await asyncio.sleep(0.01)
     node = registered.node.pk
+    for _ in range(100):  # the hello's stamp reaches Redis with the next batch
+        if node in last_seen.last_seen([node]):
+            break
+        await asyncio.sleep(0.01)
     heard_at_hello = last_seen.last_seen([node])[node]
 
     seen = []
