@@ -55,12 +55,12 @@ def test_fault_updates_alert_grid_and_waf_chart_live(cluster: Any, new_page: Any
     )
     services(do_raise_alert, Severity.SEV1, "node-c lost: isolating and re-planning", event)
     services(do_set_node_state, node, NodeState.LOST, "missed heartbeats")
+    # one timestamp for both kinds: two now() calls can straddle a millisecond, and the chart then
+    # appends two points where the assertion below expects one
+    at = timezone.now()
     services(
         do_record_samples,
-        [
-            Sample(MetricKind.CLUSTER_WAF, 2.1e15, timezone.now()),
-            Sample(MetricKind.OPTIMAL_WAF, 6.1e15, timezone.now()),
-        ],
+        [Sample(MetricKind.CLUSTER_WAF, 2.1e15, at), Sample(MetricKind.OPTIMAL_WAF, 6.1e15, at)],
     )
 
     toast = page.wait_for_selector("[data-testid=alert-toast]")
