@@ -16,12 +16,16 @@ own: a PostgreSQL cluster initialised under the run directory with the embedded 
 least 1 s, so faults overlap): a worker crash, exception, hang, straggler and network error (drills through
 the fault-drill service, on a random rank of a random running task); a node loss (the agent and its workers
 SIGKILLed, the agent started again ``--repair-after`` s later); a frozen node (the agent's session
-SIGSTOPped for 5-15 s, then SIGCONT); the Celery worker, beat or daphne SIGKILLed (the harness restarts
-them with back-off); Redis and PostgreSQL restarted.
+SIGSTOPped for 5-15 s, then SIGCONT); a real network partition between an agent and the control plane
+(each agent lives in its own network namespace and reaches daphne over a veth link; the partition takes that
+link down for 5-25 s: packets dropped both ways, sockets left open, as in a real one; run as root with
+iproute2, else ``--no-partitions`` is implied); the Celery worker, beat or daphne SIGKILLed (the harness
+restarts them with back-off); Redis and PostgreSQL restarted.
 
 **Invariants**, checked every ``--check-every`` s: no device in two active allocations (at once); no
 transition open and no failure event unresolved for more than 60 s; no running task without progress for
-more than 60 s; no node out of service for more than 60 s while its agent runs and is not frozen. At the
+more than 60 s; no node out of service for more than 60 s while its agent runs, is not frozen and its
+link is up. At the
 end, after ``--settle`` s without faults: every node and device in service, every task that the plan runs
 advancing, and after the system stopped: no process left that carried this run's marker in its
 environment and no new ``/dev/shm`` entry (run it alone: entries other programs make meanwhile count
@@ -58,11 +62,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from controlplane.config.system import System, agent_command, free_port  # noqa: E402
+from tests.e2e import netns  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 WORKER_FAULTS = ("crash", "exception", "hang", "straggler", "network_error")
 PROCESS_FAULTS = ("node_loss", "freeze", "celery_kill", "beat_kill", "web_kill")
 STORE_FAULTS = ("redis_restart", "postgres_restart")
+NETWORK_FAULTS = ("partition",)
 GRACE_S = 60.0
 """How long a broken invariant may last after a fault before it counts as a violation."""
 SIM_SPEC: dict[str, Any] = {
@@ -254,6 +260,9 @@ class Chaos:
         self.nodes = [f"node-{i + 1}" for i in range(args.agents)]
         self.frozen: dict[str, float] = {}
         self.down: dict[str, float] = {}
+        self.partitioned: dict[str, float] = {}
+        self.namespaces: dict[str, netns.Namespace] = {}
+        self.forwarders: dict[str, netns.Forwarder] = {}
         self.faults: list[Fault] = []
         self.violations: list[Violation] = []
         self.broken_since: dict[str, float] = {}
@@ -269,18 +278,30 @@ class Chaos:
         self.system.start_beat()
         self.system.wait_ready(90)
         for name in self.nodes:
-            _, self.tokens[name] = do_register_node(None, name, address="127.0.0.1")
+            ns = self.namespaces.get(name)
+            if ns is not None:  # daphne stays on loopback: the agent reaches it through its link alone
+                self.forwarders[name] = netns.Forwarder(ns.host_addr, self.system.port)
+            address = ns.ns_addr if ns is not None else "127.0.0.1"
+            _, self.tokens[name] = do_register_node(None, name, address=address)
             self.start_agent(name)
+
+    def away(self) -> set[str]:
+        """Nodes the schedule has taken out: lost, frozen or cut off."""
+        return set(self.down) | set(self.frozen) | set(self.partitioned)
 
     def start_agent(self, name: str) -> None:
         run = self.system.run_dir / name
         run.mkdir(parents=True, exist_ok=True)
         extra = ("--no-snapshots",) if self.args.worker == "sim" else ()
+        ns = self.namespaces.get(name)
+        url = self.system.agent_url
+        if ns is not None:
+            url = f"ws://{ns.host_addr}:{self.forwarders[name].port}/ws/agent/"
         command = agent_command(
-            self.system.agent_url, name, run, devices=self.args.devices, worker=self.args.worker,
-            token=self.tokens[name], extra=extra,
+            url, name, run, devices=self.args.devices, worker=self.args.worker, token=self.tokens[name],
+            extra=extra,
         )  # fmt: skip
-        self.system.start(name, command)
+        self.system.start(name, command if ns is None else ns.command(command))
 
     def wait_nodes(self, timeout: float = 120.0) -> None:
         from controlplane.apps.fleet.models import Device
@@ -326,6 +347,8 @@ class Chaos:
         kinds = list(WORKER_FAULTS) + list(PROCESS_FAULTS)
         if self.stores is not None:
             kinds += list(STORE_FAULTS)
+        if self.namespaces:
+            kinds += list(NETWORK_FAULTS)
         return self.rng.choice(kinds)
 
     def inject(self, kind: str) -> Fault | None:
@@ -349,8 +372,14 @@ class Chaos:
             return self._drill(kind)
         if kind == "node_loss":
             name = self.rng.choice([n for n in self.nodes if n not in self.down and n not in self.frozen])
+            self.heal(name)  # a node lost while cut off comes back with its link up
             self.system.kill(name)
             self.down[name] = time.monotonic() + self.args.repair_after
+            return name
+        if kind == "partition":
+            name = self.rng.choice([n for n in self.nodes if n not in self.away()])
+            self.namespaces[name].partition()
+            self.partitioned[name] = time.monotonic() + self.rng.uniform(5, 25)
             return name
         if kind == "freeze":
             name = self.rng.choice([n for n in self.nodes if n not in self.down and n not in self.frozen])
@@ -380,9 +409,8 @@ class Chaos:
                 "device__node", "task"
             )
         )
-        held = [
-            a for a in held if a.device.node.name not in self.down and a.device.node.name not in self.frozen
-        ]
+        away = self.away()
+        held = [a for a in held if a.device.node.name not in away]
         if not held:
             raise RuntimeError("no running rank to drill")
         a = self.rng.choice(held)
@@ -406,7 +434,14 @@ class Chaos:
             if now >= until:
                 self.start_agent(name)
                 del self.down[name]
+        for name, until in list(self.partitioned.items()):
+            if now >= until:
+                self.heal(name)
         self.system.supervise()
+
+    def heal(self, name: str) -> None:
+        if self.partitioned.pop(name, None) is not None:
+            self.namespaces[name].heal()
 
     # ------------------------------------------------------------------ invariants
     def check(self) -> None:
@@ -461,10 +496,11 @@ class Chaos:
                     running.get(t, -1) > it + 1 for t, it in fault.running_then.items()
                 ):
                     fault.progress_s = now - fault.at
+            away = self.away()
             out = [
                 n
                 for n in Node.objects.exclude(state="healthy").values_list("name", flat=True)
-                if n not in self.down and n not in self.frozen
+                if n not in away
             ]
             self._lasting("node_out_of_service", out)
         except Exception as exc:  # a store restarting: the next check reads again
@@ -536,7 +572,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"Seed {result['seed']}, {result['duration_minutes']:g} minutes of faults (mean gap "
         f"{setup['mean_gap_s']:g} s), {setup['agents']} agents x {setup['devices']} {setup['worker']} "
         "devices, "
-        f"stores {setup['stores']}, {setup['cpus']} CPUs; load average at start {setup['load_before']}, "
+        f"stores {setup['stores']}, partitions: {setup.get('partitions')}, {setup['cpus']} CPUs; "
+        f"load average at start {setup['load_before']}, "
         f"at end {setup['load_after']}; {setup['when']}"
         + (" (interrupted)" if setup["interrupted"] else "")
         + ".",
@@ -600,8 +637,16 @@ def main() -> None:
     )
     p.add_argument("--database-url", default=None, help="use this PostgreSQL (no PostgreSQL restarts then)")
     p.add_argument("--redis-url", default=None, help="use this Redis (no Redis restarts then)")
+    p.add_argument(
+        "--no-partitions",
+        action="store_true",
+        help="agents on loopback, no partition faults (implied where network namespaces cannot be made)",
+    )
     p.add_argument("--out", default=str(RESULTS / "chaos.json"))
     args = p.parse_args()
+    why_not = "--no-partitions given" if args.no_partitions else netns.available()
+    if why_not is not None:
+        say(f"no partition faults: {why_not}")
 
     run_dir = Path(os.environ.get("CHAOS_RUN_DIR", ROOT / ".run" / f"chaos-{args.seed}-{int(time.time())}"))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -609,6 +654,10 @@ def main() -> None:
     load_before = os.getloadavg()
     chaos = Chaos(args, run_dir)
     stop = False
+    cleanup = contextlib.ExitStack()
+    if why_not is None:
+        made = cleanup.enter_context(netns.namespaces(args.agents))
+        chaos.namespaces = dict(zip(chaos.nodes, made, strict=True))
 
     def interrupted(signum: int, frame: Any) -> None:
         nonlocal stop
@@ -659,6 +708,9 @@ def main() -> None:
             chaos.system.children[name] = child
             if chaos.stores is not None:
                 chaos.stores.stop(name)
+        for forwarder in chaos.forwarders.values():
+            forwarder.close()
+        cleanup.close()  # the namespaces and their links
     time.sleep(2)
     orphans = chaos.orphans()
     shm_left = sorted(set(os.listdir("/dev/shm")) - shm_before)
@@ -701,6 +753,7 @@ def main() -> None:
             "worker": args.worker,
             "mean_gap_s": args.mean_gap,
             "stores": "own (restartable)" if chaos.stores is not None else "given",
+            "partitions": "agent <-> control plane, veth link down" if chaos.namespaces else why_not,
             "load_before": load_before,
             "load_after": os.getloadavg(),
             "cpus": os.cpu_count(),
