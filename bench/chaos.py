@@ -3,6 +3,7 @@ loop's invariants checked every few seconds and at the end.
 
     .venv/bin/python bench/chaos.py --minutes 30 --seed 1     # the full campaign (one seed)
     .venv/bin/python bench/chaos.py --minutes 5 --seed 7      # a short one
+    .venv/bin/python bench/chaos.py --combine bench/results/chaos-seed{1,2,3}.json   # the campaign page
 
 The system is the one ``make demo`` runs (:class:`controlplane.config.system.System`): daphne, a Celery
 worker, Celery beat, ``--agents`` node agents x ``--devices`` devices (``--worker sim`` by default: the
@@ -547,6 +548,82 @@ class Chaos:
         return found
 
 
+def fault_classes(faults: list[tuple[str, float | None]]) -> dict[str, dict[str, Any]]:
+    """Per fault class: how many, how many were followed by progress, and the time to it (median, max)."""
+    by_class: dict[str, list[float]] = defaultdict(list)
+    count: Counter[str] = Counter()
+    for kind, progress_s in faults:
+        count[kind] += 1
+        if progress_s is not None:
+            by_class[kind].append(progress_s)
+    return {
+        kind: {
+            "faults": count[kind],
+            "progressed": len(by_class[kind]),
+            "time_to_progress_median_s": statistics.median(by_class[kind]) if by_class[kind] else None,
+            "time_to_progress_max_s": max(by_class[kind], default=None),
+        }
+        for kind in sorted(count)
+    }
+
+
+def combine(paths: list[Path]) -> dict[str, Any]:
+    """Several runs (one per seed) as one campaign: totals, per seed, and per fault class over all."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    summed = ("faults_injected", "invariant_violations", "orphan_processes", "http_5xx", "tracebacks")
+    return {
+        "seeds": [r["seed"] for r in runs],
+        "duration_minutes": min(r["duration_minutes"] for r in runs),
+        **{k: sum(r[k] for r in runs) for k in summed},
+        "dev_shm_left": sum(len(r["dev_shm_left"]) for r in runs),
+        "fault_classes": fault_classes([(f["kind"], f["progress_s"]) for r in runs for f in r["faults"]]),
+        "runs": [
+            {k: r[k] for k in ("seed", "duration_minutes", *summed, "violations_by_invariant", "final")}
+            | {"dev_shm_left": len(r["dev_shm_left"]), "setup": r["setup"], "file": p.name}
+            for r, p in zip(runs, paths, strict=True)
+        ],
+    }
+
+
+def campaign_markdown(c: dict[str, Any]) -> str:
+    lines = [
+        "# Live system under chaos: the campaign (`bench/chaos.py`)",
+        "",
+        f"{len(c['runs'])} runs of {c['duration_minutes']:g} minutes or more (seeds "
+        f"{', '.join(str(s) for s in c['seeds'])}); each run's page is linked below.",
+        "",
+        "| seed | minutes | faults | violations | orphans | /dev/shm left | 5xx | tracebacks "
+        "| load (start, end) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in c["runs"]:
+        setup = r["setup"]
+        load = f"{setup['load_before'][0]:.1f}, {setup['load_after'][0]:.1f}"
+        lines.append(
+            f"| [{r['seed']}]({Path(r['file']).with_suffix('.md').name}) | {r['duration_minutes']:g} | "
+            f"{r['faults_injected']} | {r['invariant_violations']} {r['violations_by_invariant'] or ''} | "
+            f"{r['orphan_processes']} | {r['dev_shm_left']} | {r['http_5xx']} | {r['tracebacks']} | {load} |"
+        )
+    lines.append(
+        f"| all | | {c['faults_injected']} | {c['invariant_violations']} | {c['orphan_processes']} | "
+        f"{c['dev_shm_left']} | {c['http_5xx']} | {c['tracebacks']} | |"
+    )
+    lines += [
+        "",
+        "Time from a fault to the progress of every task that was running then, over all runs (s):",
+        "",
+        "| fault | injected | progressed | median | max |",
+        "|---|---|---|---|---|",
+    ]
+    for kind, row in c["fault_classes"].items():
+        med, top = row["time_to_progress_median_s"], row["time_to_progress_max_s"]
+        lines.append(
+            f"| {kind} | {row['faults']} | {row['progressed']} | "
+            f"{'' if med is None else f'{med:.1f}'} | {'' if top is None else f'{top:.1f}'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def scan_logs(run_dir: Path) -> tuple[int, int, Counter[str]]:
     http_5xx = tracebacks = 0
     where: Counter[str] = Counter()
@@ -643,7 +720,24 @@ def main() -> None:
         help="agents on loopback, no partition faults (implied where network namespaces cannot be made)",
     )
     p.add_argument("--out", default=str(RESULTS / "chaos.json"))
+    p.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="RUN_JSON",
+        help="no run: write the campaign of these runs' results (one per seed) to --out and its page",
+    )
     args = p.parse_args()
+    if args.combine:
+        campaign = combine(args.combine)
+        out = Path(args.out)
+        out.write_text(json.dumps(campaign, indent=1, default=str) + "\n")
+        out.with_suffix(".md").write_text(campaign_markdown(campaign))
+        say(
+            f"wrote {out}: {len(args.combine)} runs, {campaign['faults_injected']} faults, "
+            f"{campaign['invariant_violations']} violations"
+        )
+        return
     why_not = "--no-partitions given" if args.no_partitions else netns.available()
     if why_not is not None:
         say(f"no partition faults: {why_not}")
@@ -716,20 +810,7 @@ def main() -> None:
     shm_left = sorted(set(os.listdir("/dev/shm")) - shm_before)
     http_5xx, tracebacks, where = scan_logs(run_dir)
 
-    by_class: dict[str, list[float | None]] = defaultdict(list)
-    for f in chaos.faults:
-        by_class[f.kind].append(f.progress_s)
-    per_class = {
-        kind: {
-            "faults": len(times),
-            "progressed": sum(t is not None for t in times),
-            "time_to_progress_median_s": statistics.median([t for t in times if t is not None])
-            if any(times)
-            else None,
-            "time_to_progress_max_s": max([t for t in times if t is not None], default=None),
-        }
-        for kind, times in sorted(by_class.items())
-    }
+    per_class = fault_classes([(f.kind, f.progress_s) for f in chaos.faults])
     violations = [asdict(v) for v in chaos.violations]
     result = {
         "seed": args.seed,
