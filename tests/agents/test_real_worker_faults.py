@@ -39,7 +39,16 @@ NODE = "real-a"
 async def agent_proc(
     coordinator: TestCoordinator, tmp_path: Path
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    proc = await spawn_agent(coordinator.url, NODE, 2, tmp_path / "agent", hang_floor=2.0)
+    # two ranks on two shared cores: a rank that got less CPU for a few seconds can be 1.5x its one peer
+    # for five iterations (the default ratio flagged rank 0 once); the drill's straggler is 4x slower
+    proc = await spawn_agent(
+        coordinator.url,
+        NODE,
+        2,
+        tmp_path / "agent",
+        hang_floor=2.0,
+        extra_env={"UNICRON_STRAGGLER_RATIO": "2.0"},
+    )
     await coordinator.wait_for(lambda: coordinator.messages("hello", NODE), 20)
     yield proc
     if proc.returncode is None:
