@@ -62,6 +62,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from controlplane.config.demo_scenario import TINY_GPT  # noqa: E402
 from controlplane.config.system import System, agent_command, free_port  # noqa: E402
 from tests.e2e import netns  # noqa: E402
 
@@ -82,15 +83,6 @@ SIM_SPEC: dict[str, Any] = {
     "micro_batch_size": 1,
 }
 """A model whose modelled iteration (what simulated ranks take) is about 50 ms on 4 devices."""
-TINY_GPT: dict[str, Any] = {
-    "num_layers": 2,
-    "hidden_size": 64,
-    "num_attention_heads": 4,
-    "seq_length": 32,
-    "vocab_size": 128,
-    "global_batch_size": 16,
-    "micro_batch_size": 2,
-}
 TASKS = (("chaos-alpha", 3.0), ("chaos-beta", 2.0), ("chaos-gamma", 1.0))
 
 
