@@ -26,7 +26,8 @@ restarts them with back-off); Redis and PostgreSQL restarted.
 **Invariants**, checked every ``--check-every`` s: no device in two active allocations (at once); no
 transition open and no failure event unresolved for more than 60 s; no running task without progress for
 more than 60 s; no node out of service for more than 60 s while its agent runs, is not frozen and its
-link is up. At the
+link is up; on every node, the workers its agent says are running (its own metrics) equal the active
+allocations of running tasks there, within 60 s. At the
 end, after ``--settle`` s without faults: every node and device in service, every task that the plan runs
 advancing, and after the system stopped: no process left that carried this run's marker in its
 environment and no new ``/dev/shm`` entry (run it alone: entries other programs make meanwhile count
@@ -52,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -254,6 +256,9 @@ class Chaos:
         self.frozen: dict[str, float] = {}
         self.down: dict[str, float] = {}
         self.partitioned: dict[str, float] = {}
+        self.last_mismatch: dict[str, str] = {}
+        self.metrics_at: dict[str, str] = {}
+        """node -> host:port of its agent's metrics (the worker count the agent itself reports)"""
         self.namespaces: dict[str, netns.Namespace] = {}
         self.forwarders: dict[str, netns.Forwarder] = {}
         self.faults: list[Fault] = []
@@ -294,7 +299,22 @@ class Chaos:
             url, name, run, devices=self.args.devices, worker=self.args.worker, token=self.tokens[name],
             extra=extra,
         )  # fmt: skip
-        self.system.start(name, command if ns is None else ns.command(command))
+        if name not in self.metrics_at:  # in its own namespace any port is free
+            self.metrics_at[name] = f"{ns.ns_addr}:9464" if ns is not None else f"127.0.0.1:{free_port()}"
+        addr, port = self.metrics_at[name].rsplit(":", 1)
+        env = {"UNICRON_AGENT_METRICS_ADDR": addr, "UNICRON_AGENT_METRICS_PORT": port}
+        self.system.start(name, command if ns is None else ns.command(command), env=env)
+
+    def workers_running(self, name: str) -> int | None:
+        """The worker processes (or simulated ranks) the node's agent says are running; None when it
+        does not answer (restarting)."""
+        try:
+            with urllib.request.urlopen(f"http://{self.metrics_at[name]}/metrics", timeout=1) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        found = re.search(r"^unicron_agent_workers_running\{[^}]*\} ([0-9.e+]+)$", text, re.M)
+        return int(float(found.group(1))) if found else None
 
     def wait_nodes(self, timeout: float = 120.0) -> None:
         from controlplane.apps.fleet.models import Device
@@ -496,10 +516,34 @@ class Chaos:
                 if n not in away
             ]
             self._lasting("node_out_of_service", out)
+            # every running task's active allocation is one running worker, and no worker runs without one
+            held = Counter(
+                Allocation.objects.filter(active=True, task__state="running").values_list(
+                    "device__node__name", flat=True
+                )
+            )
+            mismatched = []
+            for name in self.nodes:
+                if name in away:
+                    continue
+                workers = self.workers_running(name)
+                if workers is not None and workers != held[name]:
+                    mismatched.append(name)
+                    self.last_mismatch[name] = f"{workers} workers, {held[name]} allocations"
+            for name in list(self.last_mismatch):
+                if name not in mismatched:
+                    del self.last_mismatch[name]
+            self._lasting("workers_not_allocations", mismatched, detail=self.last_mismatch)
         except Exception as exc:  # a store restarting: the next check reads again
             say(f"check skipped: {type(exc).__name__}: {str(exc)[:120]}")
 
-    def _lasting(self, invariant: str, offenders: list[Any], grace: float = GRACE_S) -> None:
+    def _lasting(
+        self,
+        invariant: str,
+        offenders: list[Any],
+        grace: float = GRACE_S,
+        detail: dict[str, str] | None = None,
+    ) -> None:
         """An offender counts as a violation once it has offended for ``grace`` s (once per episode)."""
         now = self.now()
         current = {f"{invariant}:{o}" for o in offenders}
@@ -509,7 +553,11 @@ class Chaos:
         for key in current:
             since = self.broken_since.setdefault(key, now)
             if since >= 0 and now - since >= grace:
-                self.violations.append(Violation(invariant, now, key.split(":", 1)[1]))
+                offender = key.split(":", 1)[1]
+                more = (detail or {}).get(offender)
+                self.violations.append(
+                    Violation(invariant, now, f"{offender} ({more})" if more else offender)
+                )
                 self.broken_since[key] = -1.0  # reported for this episode
 
     # ------------------------------------------------------------------ end

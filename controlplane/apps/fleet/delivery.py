@@ -27,7 +27,11 @@ def record_ack(node_id: int, ack: Ack) -> tuple[str | None, AgentCommand | None]
         command_id = uuid.UUID(ack.command_id)
     except ValueError:
         return f"ack: command_id {ack.command_id!r} is not a UUID", None
-    row = AgentCommand.objects.select_for_update().filter(command_id=command_id, node_id=node_id).first()
+    row = (
+        AgentCommand.objects.select_for_update(no_key=True)
+        .filter(command_id=command_id, node_id=node_id)
+        .first()
+    )
     if row is None:
         return f"ack: no command {ack.command_id} for this node", None
     if row.state == CommandState.PENDING:  # requeued on reconnect, but the agent had it already

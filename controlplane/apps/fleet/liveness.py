@@ -61,7 +61,7 @@ def _device_memory(info: DeviceInfo, kind: str) -> int:
 def apply_hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal]]:
     """Inventory upsert, node → healthy, unacked commands back to pending. Returns the node state and
     the snapshot adverts refused (``fleet.authority``: not recorded)."""
-    node = Node.objects.select_for_update().get(pk=node_id)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node_id)
     existing = {d.index: d for d in Device.objects.filter(node=node)}
     reported = set()
     new: list[Device] = []
@@ -154,7 +154,7 @@ def revive_node(node_id: int, warming: bool = False, workers: list[WorkerStatus]
     """A heartbeat arrived from a node that is not healthy (the watchdog thought it silent, or it is
     joining and its agent just became warm). The workers it lists for tasks that moved away meanwhile
     are stopped, as at hello."""
-    node = Node.objects.select_for_update().get(pk=node_id)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node_id)
     node = _bring_back(
         node, "agent warm" if node.state == NodeState.JOINING else "heartbeat resumed", warming
     )
@@ -165,7 +165,7 @@ def revive_node(node_id: int, warming: bool = False, workers: list[WorkerStatus]
 @transaction.atomic
 def mark_link_closed(node_id: int, code: int | None) -> str | None:
     """Socket closed: a healthy node becomes suspect at once (docs/ARCHITECTURE.md §7.1 socket state)."""
-    node = Node.objects.select_for_update().filter(pk=node_id).first()
+    node = Node.objects.select_for_update(no_key=True).filter(pk=node_id).first()
     if node is None:
         return None
     if node.state == NodeState.HEALTHY:

@@ -240,7 +240,7 @@ def do_return_node_to_service(actor: Actor, node: Node, probation_s: float, reas
     """An isolated node goes back to `joining` (re-admitted on its next heartbeat) on probation for
     ``probation_s``; a re-plan puts its devices back to work. By an operator, or automatically after
     a clean probation window (``actor`` None)."""
-    node = Node.objects.select_for_update().get(pk=node.pk)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
     check_return_node_to_service(node)
     before = {"state": node.state, "isolation_reason": node.isolation_reason}
     swap_state(Node, node.pk, NODE_MACHINE, NodeState.ISOLATED, NodeState.JOINING)
@@ -263,7 +263,7 @@ def check_return_device_to_service(device: Device) -> None:
 def do_return_device_to_service(actor: Actor, device: Device, probation_s: float, reason: str) -> Device:
     """An isolated device is healthy again, on probation for ``probation_s``; a re-plan puts it back
     to work. By an operator, or automatically after a clean probation window (``actor`` None)."""
-    device = Device.objects.select_for_update().select_related("node").get(pk=device.pk)
+    device = Device.objects.select_for_update(no_key=True).select_related("node").get(pk=device.pk)
     check_return_device_to_service(device)
     before = {"state": device.state, "isolation_reason": device.isolation_reason}
     swap_state(Device, device.pk, DEVICE_MACHINE, DeviceState.ISOLATED, DeviceState.HEALTHY)
@@ -501,7 +501,7 @@ def check_inject_fault(node: Node, drill: FaultDrill) -> CheckedDrill:
 @transaction.atomic
 def do_inject_fault(actor: Actor, node: Node, drill: FaultDrill) -> AgentCommand:
     """Queue the drill in the node's outbox and audit it; the agent acks the command when it fires."""
-    node = Node.objects.select_for_update().get(pk=node.pk)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
     checked = check_inject_fault(node, drill)
     task = checked.task
     command = do_enqueue_command(

@@ -114,7 +114,7 @@ def _heard_at(node_id: int, swept_s: float) -> float:
 def _declare_lost(
     node_id: int, last_s: float, now: datetime, lost_after_s: float, silence: MassSilence | None = None
 ) -> bool:
-    node = Node.objects.select_for_update().get(pk=node_id)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node_id)
     if node.state not in WATCHED_STATES:
         return False  # changed since the sweep read it
     last_s = _heard_at(node_id, last_s)

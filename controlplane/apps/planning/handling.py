@@ -136,7 +136,7 @@ def handle_failure(event_id: int, waited_s: float = 0.0) -> Handled:
 def _handle_claimed(event_id: int) -> Handled:
     orchestration_lock()
     ev = (
-        FailureEvent.objects.select_for_update(of=("self",))
+        FailureEvent.objects.select_for_update(of=("self",), no_key=True)
         .select_related("node", "task")
         .filter(pk=event_id)
         .first()

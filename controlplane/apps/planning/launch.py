@@ -100,7 +100,7 @@ def supersede_transitions(task: TrainingTask, reason: str) -> None:
     """Roll back the task's unfinished transitions: a newer decision replaces them."""
     for t in Transition.objects.filter(
         task=task, state__in=[TransitionState.PENDING, TransitionState.RUNNING]
-    ).select_for_update():
+    ).select_for_update(no_key=True):
         do_skip_open_steps(t)
         do_set_transition_state(t, TransitionState.ROLLED_BACK, error=reason)
 

@@ -76,7 +76,8 @@ def do_record_rank_resumed(
     """A rank of ``epoch`` made progress (iteration stats) or sent its TransitionReport. Returns True
     when that completes the resume step (an advance is then enqueued after commit)."""
     step = (
-        TransitionStep.objects.select_for_update(of=("self",))  # the step row only: no lock-order cycle
+        # the step row only: no lock-order cycle
+        TransitionStep.objects.select_for_update(of=("self",), no_key=True)
         .filter(
             transition__task_id=task_id,
             transition__epoch=epoch,
@@ -126,7 +127,7 @@ def advance_transition(transition_id: int) -> str:
         orchestration_lock()
         # lock the transition row only (not its task): the agent link locks step, then task
         t = (
-            Transition.objects.select_for_update(of=("self",))
+            Transition.objects.select_for_update(of=("self",), no_key=True)
             .select_related("task")
             .filter(pk=transition_id)
             .first()
@@ -326,7 +327,11 @@ def check_transitions() -> dict[str, int]:
         advanced += outcome != "running"
         with transaction.atomic():
             orchestration_lock()
-            t = Transition.objects.select_for_update().filter(pk=t_id, state=TransitionState.RUNNING).first()
+            t = (
+                Transition.objects.select_for_update(no_key=True)
+                .filter(pk=t_id, state=TransitionState.RUNNING)
+                .first()
+            )
             if t is None:
                 continue
             overdue = t.steps.filter(state=StepState.RUNNING, deadline_at__lt=now).order_by("order").first()

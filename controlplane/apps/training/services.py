@@ -277,7 +277,7 @@ def do_store_throughput_table(task: TrainingTask, table: dict[str, Any]) -> None
 def do_mark_rank_finished(task: TrainingTask, epoch: int, rank: int) -> bool:
     """A rank of the current epoch exited after its last iteration. Returns True when that makes every
     rank of the task's active allocation finished (the task is then completed and its devices freed)."""
-    locked = TrainingTask.objects.select_for_update().get(pk=task.pk)
+    locked = TrainingTask.objects.select_for_update(no_key=True).get(pk=task.pk)
     if locked.epoch != epoch or locked.state not in (TaskState.RUNNING, TaskState.RECONFIGURING):
         return False
     Allocation.objects.filter(task=locked, active=True, epoch=epoch, rank=rank, finished_at=None).update(
@@ -332,7 +332,7 @@ def do_allocate_devices(task: TrainingTask, placements: list[Placement]) -> list
     check_allocate_devices(task, placements)
     try:
         with transaction.atomic():
-            locked = TrainingTask.objects.select_for_update().get(pk=task.pk)
+            locked = TrainingTask.objects.select_for_update(no_key=True).get(pk=task.pk)
             if TASK_MACHINE.is_terminal(locked.state):
                 raise Conflict(f"Task {task.pk} is {locked.state}; it cannot get devices.")
             now = timezone.now()
