@@ -879,6 +879,9 @@ def main() -> None:
             "load_after": os.getloadavg(),
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
+            "commit": subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip(),
             "when": datetime.now(UTC).isoformat(timespec="seconds"),
             "interrupted": stop,
         },
