@@ -27,11 +27,12 @@ restarts them with back-off); Redis and PostgreSQL restarted.
 transition open and no failure event unresolved for more than 60 s; no running task without progress for
 more than 60 s; no node out of service for more than 60 s while its agent runs, is not frozen and its
 link is up; on every node, the workers its agent says are running (its own metrics) equal the active
-allocations of running tasks there, within 60 s. At the
-end, after ``--settle`` s without faults: every node and device in service, every task that the plan runs
-advancing, and after the system stopped: no process left that carried this run's marker in its
-environment and no new ``/dev/shm`` entry (run it alone: entries other programs make meanwhile count
-too). Per fault class: the time from the fault to the progress of every task that was running then
+allocations of running tasks there, within 60 s. At the end, after ``--settle`` s without faults: every
+node and device in service, every task that the plan runs advancing, and after the system stopped: no
+process left that carried this run's marker in its environment and no new ``/dev/shm`` entry (entries
+other programs make meanwhile count too; the run's own PostgreSQL keeps its dynamic shared memory in its
+data directory, so two runs side by side do not count each other's). Per fault class: the time from the
+fault to the progress of every task that was running then
 (median, max). The logs are scanned for HTTP 5xx answers and tracebacks.
 
 Writes ``bench/results/chaos.json`` (``faults_injected``, ``duration_minutes``, ``invariant_violations``,
@@ -124,6 +125,9 @@ class OwnStores:
     def postgres_command(self) -> list[str]:
         run = [str(self.bin / "postgres"), "-D", str(self.pgdata), "-p", str(self.pg_port)]
         run += ["-k", str(self.pgdata), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]
+        # its dynamic shared memory in the data directory, not /dev/shm: what the end's /dev/shm check finds
+        # is then left by the system under test alone (and two runs side by side do not see each other's)
+        run += ["-c", "dynamic_shared_memory_type=mmap"]
         if self.user is not None:
             return ["su", "-s", "/bin/sh", self.user, "-c", "exec " + " ".join(run)]
         return run
