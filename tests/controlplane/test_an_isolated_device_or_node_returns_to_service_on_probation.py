@@ -115,6 +115,7 @@ def test_a_clean_window_returns_isolated_hardware_automatically(db: None) -> Non
 
     assert sorted(released.devices) == sorted([clean.pk, seen_peer.pk])
     assert released.nodes == [node.pk]
+    assert released.drilled_devices == released.drilled_nodes == []
     states = dict(Device.objects.values_list("pk", "state"))
     assert (states[clean.pk], states[recent.pk], states[failing.pk]) == ("healthy", "isolated", "isolated")
     assert Node.objects.get(pk=quarantined.pk).state == "isolated"

@@ -39,7 +39,9 @@ def test_a_device_a_drill_isolated_is_back_without_probation_once_the_drill_is_o
     after = drilled.isolated_at + timedelta(seconds=DRILL_ATTRIBUTION_S + 5)
     released = do_release_isolations(now=after)
 
-    assert released.devices == [drilled.pk]
+    assert released.devices == released.drilled_devices == [drilled.pk]
+    assert "on probation: devices [], nodes []" in released.describe()  # the task's log line
+    assert f"without probation: devices [{drilled.pk}]" in released.describe()
     drilled.refresh_from_db()
     undrilled.refresh_from_db()
     assert (drilled.state, undrilled.state) == ("healthy", "isolated")
@@ -68,6 +70,6 @@ def test_a_node_a_drill_isolated_is_back_too(db: None) -> None:
     node.refresh_from_db()
     assert node.isolated_at is not None
     released = do_release_isolations(now=node.isolated_at + timedelta(seconds=DRILL_ATTRIBUTION_S + 5))
-    assert released.nodes == [node.pk]
+    assert released.nodes == released.drilled_nodes == [node.pk]
     assert Node.objects.get(pk=node.pk).state == "joining"
     assert timezone.now() < node.isolated_at + timedelta(seconds=1800)

@@ -32,10 +32,24 @@ AFTER_A_CLEAN_WINDOW_REASON = "no new failure since its isolation: back on proba
 
 @dataclass
 class Released:
-    """What one sweep returned to service."""
+    """What one sweep returned to service: all of it (``devices``, ``nodes``), and which of it came back
+    without probation because a fault drill had caused its isolation."""
 
     devices: list[int] = field(default_factory=list)
     nodes: list[int] = field(default_factory=list)
+    drilled_devices: list[int] = field(default_factory=list)
+    drilled_nodes: list[int] = field(default_factory=list)
+
+    def describe(self) -> str:
+        on_probation = (
+            [d for d in self.devices if d not in self.drilled_devices],
+            [n for n in self.nodes if n not in self.drilled_nodes],
+        )
+        return (
+            f"returned to service on probation: devices {on_probation[0]}, nodes {on_probation[1]}; "
+            f"after a fault drill, without probation: devices {self.drilled_devices}, "
+            f"nodes {self.drilled_nodes}"
+        )
 
 
 def on_probation(until: datetime | None, now: datetime | None = None) -> bool:
@@ -69,6 +83,8 @@ def do_release_isolations(now: datetime | None = None) -> Released:
             except Conflict:
                 continue  # changed meanwhile
         out.devices.append(device.pk)
+        if terms[1] == DRILL_RETURN_REASON:
+            out.drilled_devices.append(device.pk)
     nodes = Node.objects.filter(state=NodeState.ISOLATED, quarantined=False, isolated_at__lte=earliest)
     for node in nodes:
         assert node.isolated_at is not None
@@ -81,6 +97,8 @@ def do_release_isolations(now: datetime | None = None) -> Released:
             except Conflict:
                 continue
         out.nodes.append(node.pk)
+        if terms[1] == DRILL_RETURN_REASON:
+            out.drilled_nodes.append(node.pk)
     return out
 
 

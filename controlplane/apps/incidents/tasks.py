@@ -2,7 +2,8 @@
 
 - ``fleet.check_node_health`` (beat, every second): the node health watchdog
   (:mod:`controlplane.apps.incidents.node_health`);
-- ``incidents.release_isolations`` (beat): isolated devices and nodes back to service on probation;
+- ``incidents.release_isolations`` (beat): isolated devices and nodes back to service (on probation, or
+  without it where a fault drill caused the isolation);
 - ``incidents.reclaim_failure_handling`` (beat, every second): handling whose worker died is re-enqueued.
 
 ``incidents.handle_failure`` itself runs the failure handler, which acts through the workload manager: it is
@@ -26,8 +27,7 @@ from controlplane.apps.incidents.probation import do_release_isolations
 
 @shared_task(name="incidents.release_isolations", ignore_result=True)  # type: ignore[misc]
 def release_isolations_task() -> str:
-    released = do_release_isolations()
-    return f"returned to service on probation: devices {released.devices}, nodes {released.nodes}"
+    return do_release_isolations().describe()
 
 
 @shared_task(name="incidents.reclaim_failure_handling", ignore_result=True)  # type: ignore[misc]
