@@ -39,6 +39,7 @@ import os
 import platform
 import random
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -692,6 +693,12 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
     print("\n".join(lines))
 
 
+def stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C (its default would end the process before any ``finally``, leaving daphne
+    and the Celery worker running)."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -721,6 +728,7 @@ def main() -> None:
     import django
 
     django.setup()
+    signal.signal(signal.SIGTERM, stop_on_sigterm)  # as Ctrl-C: the control plane started here is stopped
     load: dict[str, Any] = {"start": [round(x, 2) for x in os.getloadavg()]}
     results = []
     for n in [int(x) for x in args.nodes.split(",")]:
@@ -732,4 +740,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        say("interrupted: the control plane it started is stopped")
+        sys.exit(130)
