@@ -6,7 +6,9 @@ Each :class:`Namespace` is ``ip netns`` plus a veth pair: ``<host_if>`` with ``<
 host's loopback; :class:`Forwarder` carries TCP from ``host_addr:port`` to ``127.0.0.1:port`` so an agent in
 the namespace reaches it only through its veth link. Taking the link down (:meth:`Namespace.partition`)
 drops every packet both ways: sockets stay open and stall, as in a real partition, until the peers' own
-timeouts notice. Two namespaces reach each other through the host (IP forwarding);
+timeouts notice. Two namespaces reach each other through the host (IP forwarding, turned on for the host end
+of each link only: the global ``ip_forward`` is never written, so concurrent users of this module, e.g. a
+test and a bench on one machine, never turn each other's forwarding off when one of them ends);
 :func:`refuse_between` cuts that path alone, leaving each one's link to the control plane up.
 
 Only addresses in 10.231.0.0/16 inside namespaces created here (and loopback) are ever used. Needs root
@@ -78,6 +80,8 @@ class Namespace:
         _ip("link", "set", self.ns_if, "netns", self.name)
         _ip("addr", "add", f"{self.host_addr}/30", "dev", self.host_if)
         _ip("link", "set", self.host_if, "up")
+        # forward what arrives on this link (to another namespace); gone with the link
+        Path(f"/proc/sys/net/ipv4/conf/{self.host_if}/forwarding").write_text("1")
         self.exec_ip("addr", "add", f"{self.ns_addr}/30", "dev", self.ns_if)
         self.exec_ip("link", "set", self.ns_if, "up")
         self.exec_ip("link", "set", "lo", "up")
@@ -108,21 +112,17 @@ def namespaces(count: int) -> Iterator[list[Namespace]]:
     used = _used_subnets()
     free = [i for i in range(1, 250) if i not in used][:count]
     made: list[Namespace] = []
-    forward = Path("/proc/sys/net/ipv4/ip_forward")
-    forwarding_was = forward.read_text().strip()
     try:
         for i in free:
             ns = Namespace(f"ucp-{uuid.uuid4().hex[:8]}", i)
             made.append(ns)
             ns.create()
-        forward.write_text("1")
         yield made
     finally:
         for ns in made:
             for src, dst in ns._refusals:
                 _ip("rule", "del", "from", src, "to", dst, "prohibit", check=False)
             ns.delete()
-        forward.write_text(forwarding_was)
 
 
 def refuse_between(a: Namespace, b: Namespace) -> None:
