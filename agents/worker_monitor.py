@@ -45,6 +45,7 @@ from agents.training.hook_protocol import (
     TransitionDone,
 )
 from agents.workers import TaskGroup, Worker
+from controlplane.core.failures.detectors import waits_on_peers
 from controlplane.core.protocol import (
     CheckpointSaved,
     Detector,
@@ -292,7 +293,8 @@ class WorkerMonitor:
     async def _handle_hang(
         self, w: Worker, it: int, elapsed: float, threshold: float, median: float | None, phase: str
     ) -> None:
-        if self.elastic_wait_s > 0 and w.synced_it == it and w.slow_phase is None:
+        in_collective = self.elastic_wait_s > 0 and w.synced_it == it and w.slow_phase is None
+        if in_collective:
             # A victim: it finished its micro-batches and waits in the all-reduce for a stuck peer.
             # The culprit's agent kills the culprit and this rank's collective then fails fast; kill
             # it only if it is still stuck in the same iteration one threshold later.
@@ -304,6 +306,9 @@ class WorkerMonitor:
                 return
             elapsed += threshold
         stack = await w.capture_stack()
+        # waiting for its peers: in the all-reduce after its micro-batches (a victim), or blocked in a
+        # pipeline send/receive or another collective (its stack says so): a consequence, not its fault
+        in_collective = in_collective or waits_on_peers(stack)
         self.host.report(
             w,
             HangVerdict(
@@ -313,6 +318,7 @@ class WorkerMonitor:
                 median_iteration_s=median,
                 phase=phase if phase in ("train", "first", "checkpoint", "evaluation") else "train",
                 stack=stack,
+                in_collective=in_collective,
             ),
             "statistical_monitoring",
             (w.iter_start or time.time()) + threshold,

@@ -174,6 +174,7 @@ async def test_hang_is_caught_by_statistical_monitoring_with_stacks(
     assert "most recent call first" in r.event.stack  # type: ignore[union-attr]
     assert "_train" in r.event.stack  # type: ignore[union-attr]
     assert "faults.py" in r.event.stack  # type: ignore[union-attr]
+    assert r.event.in_collective is False  # type: ignore[union-attr]  # stuck in its own work: a cause
     assert exits[1].event.signal == signal.SIGKILL  # type: ignore[union-attr]
     victim = await coordinator.wait_for(
         lambda: [r for _, r in coordinator.reports("exception") if r.rank == 0], 10

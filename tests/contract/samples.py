@@ -169,6 +169,7 @@ SAMPLES: dict[str, AgentEnvelope | CoordinatorEnvelope] = {
                 "Thread 0x7f (most recent call first):\n"
                 '  File "torch/distributed/distributed_c10d.py", line 2806 in all_reduce\n'
             ),
+            in_collective=True,
         ),
         "statistical_monitoring",
     ),

@@ -3,6 +3,7 @@ import signal
 import pytest
 
 from controlplane.core.failures import (
+    HANG_IN_COLLECTIVE_MESSAGE,
     RULES,
     Action,
     Blame,
@@ -99,6 +100,15 @@ CASES: dict[str, tuple[Evidence, Severity, Action]] = {
         Severity.SEV3,
         Action.RETRY_IN_PLACE,
     ),
+    "hang-in-collective": (
+        Evidence(
+            DetectorKind.HANG,
+            node="n1",
+            message="iteration 15 ran 4.02s > 2.00s " + HANG_IN_COLLECTIVE_MESSAGE,
+        ),
+        Severity.SEV3,
+        Action.RETRY_IN_PLACE,
+    ),
     "hang": (Evidence(DetectorKind.HANG, node="n1"), Severity.SEV3, Action.RETRY_IN_PLACE),
     "cuda-oom": (
         Evidence(
@@ -156,11 +166,13 @@ CONSEQUENCES = frozenset(
         "connection-error",
         "connection-message",
         "gloo-transport",
+        "hang-in-collective",
         "rendezvous-port-in-use",
         "recipe-unusable",
     }
 )
-"""Rows whose evidence is a peer's failure seen through a collective, the epoch's rendezvous port taken
+"""Rows whose evidence is a peer's failure seen through a collective (a rank's wait in one past the hang
+threshold included), the epoch's rendezvous port taken
 by another process, or a recipe no node can run: everything else blames the rank (or the node) that
 reported it."""
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.apps.common.triggers import request_failure_handling
@@ -38,6 +39,8 @@ _WIRE_DETECTOR = {
     "straggler": "statistical_monitoring",
 }
 _POLICY = failures.EscalationPolicy()
+_HANG_KINDS = [name.replace("-", "_") for name in (failures.HANG, failures.HANG_IN_COLLECTIVE)]
+"""The stored kinds of a hang verdict (after which the agent kills the rank)."""
 
 
 def _evidence_of(node_name: str, report: WorkerReport) -> failures.Evidence:
@@ -48,9 +51,10 @@ def _evidence_of(node_name: str, report: WorkerReport) -> failures.Evidence:
     elif event.kind == "exception":
         fields = {"exception_type": event.exc_type, "message": event.message}
     elif event.kind == "hang":
-        fields = {
-            "message": f"iteration {event.iteration} ran {event.elapsed_s:.2f}s > {event.threshold_s:.2f}s"
-        }
+        message = f"iteration {event.iteration} ran {event.elapsed_s:.2f}s > {event.threshold_s:.2f}s"
+        if event.in_collective:  # waiting for its peers: a consequence (the classification's row says)
+            message += f" {failures.HANG_IN_COLLECTIVE_MESSAGE}"
+        fields = {"message": message}
     elif event.kind == "straggler":
         fields = {"message": f"rank {report.rank} compute {event.ratio:.2f}x its peers"}
     return failures.Evidence(
@@ -131,11 +135,13 @@ def record_failure_report(node_id: int, report: WorkerReport) -> str:
 def _consequence_reported(
     node: Node, device: Device | None, task: TrainingTask | None, epoch: int
 ) -> failures.Classification | None:
-    """The classification of the exception this rank (its device, task and epoch) reported before it
-    exited, when that exception was blamed elsewhere (a peer's failure seen through a collective, its
-    rendezvous port taken); otherwise None. The rank then exits because of it: the worker's exit code
-    is a consequence too and counts against neither the device nor the node's history. Reports of one
-    rank arrive in order (the agent's outbox), so the exception is recorded before the exit."""
+    """The classification of the exception or hang verdict this rank (its device, task and epoch) reported
+    before it exited, when that evidence was blamed elsewhere (a peer's failure seen through a collective,
+    its rendezvous port taken, a wait in the all-reduce for peers it could not reach, after which its
+    agent killed it); otherwise None. The rank then exits because of it: the worker's exit code (or the
+    agent's SIGKILL) is a consequence too and counts against neither the device nor the node's history.
+    Reports of one rank arrive in order (the agent's outbox), so the evidence is recorded before the
+    exit."""
     if device is None:
         return None
     reported = (
@@ -144,7 +150,10 @@ def _consequence_reported(
             device=device,
             task=task,
             task_epoch=epoch,
-            detector=incident_choices.Detector.EXCEPTION_PROPAGATION,
+        )
+        .filter(
+            Q(detector=incident_choices.Detector.EXCEPTION_PROPAGATION)
+            | Q(detector=incident_choices.Detector.STATISTICAL_MONITORING, kind__in=_HANG_KINDS)
         )
         .order_by("-occurred_at", "-id")
         .first()

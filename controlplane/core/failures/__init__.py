@@ -11,6 +11,9 @@
 from controlplane.core.failures.classification import (
     ACTION_FOR,
     DEFAULT_RULE,
+    HANG,
+    HANG_IN_COLLECTIVE,
+    HANG_IN_COLLECTIVE_MESSAGE,
     RECIPE_UNUSABLE,
     RULES,
     TASK_FAILURES,
@@ -44,11 +47,15 @@ from controlplane.core.failures.detectors import (
     heartbeat_expired,
     mass_silence,
     reading_lag,
+    waits_on_peers,
 )
 
 __all__ = [
     "ACTION_FOR",
     "DEFAULT_RULE",
+    "HANG",
+    "HANG_IN_COLLECTIVE",
+    "HANG_IN_COLLECTIVE_MESSAGE",
     "RECIPE_UNUSABLE",
     "RULES",
     "TASK_FAILURES",
@@ -80,4 +87,5 @@ __all__ = [
     "reading_lag",
     "reclassify",
     "should_quarantine",
+    "waits_on_peers",
 ]

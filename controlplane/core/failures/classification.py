@@ -226,6 +226,15 @@ PORT_IN_USE = "rendezvous-port-in-use"
 not a failed recovery and never escalates."""
 _CRASH_SIGNALS = frozenset({_signal.SIGSEGV, _signal.SIGBUS, _signal.SIGABRT, _signal.SIGILL, _signal.SIGFPE})
 
+HANG = "hang"
+"""The row of a rank stuck past the hang threshold in its own work (a cause: its device or code)."""
+HANG_IN_COLLECTIVE = "hang-in-collective"
+"""The row of a rank hung while waiting for its peers (in the gradient all-reduce after its micro-batches,
+or blocked in a collective or a pipeline send/receive): the network (a cut link between healthy nodes) or
+a peer failed, so the verdict is a consequence. The agent says so (``HangVerdict.in_collective``), and
+the control plane's evidence message then ends with :data:`HANG_IN_COLLECTIVE_MESSAGE`."""
+HANG_IN_COLLECTIVE_MESSAGE = "waiting in a collective for its peers"
+
 RECIPE_UNUSABLE = "recipe-unusable"
 """The row of a recipe the worker cannot use: its model provider cannot be imported, is not callable or
 builds no Megatron-Core module (``ProviderError``), or its data cannot be read (``DatasetError``). Every
@@ -289,7 +298,12 @@ RULES: tuple[Rule, ...] = (
     Rule("gloo-transport", Severity.SEV3, Category.NETWORK, "gloo transport error",
          pattern=r"gloo.{0,80}(connection|timed out|read error|write error|EOF)",
          blame=Blame.CONSEQUENCE),
-    Rule("hang", Severity.SEV3, Category.NETWORK,
+    Rule(HANG_IN_COLLECTIVE, Severity.SEV3, Category.NETWORK,
+         "the rank waited in a collective for its peers past the hang threshold: its peers or the link "
+         "to them failed, not this rank (repeat the step)",
+         detectors=frozenset({_S.HANG}), pattern=re.escape(HANG_IN_COLLECTIVE_MESSAGE),
+         blame=Blame.CONSEQUENCE),
+    Rule(HANG, Severity.SEV3, Category.NETWORK,
          "iteration exceeded the hang threshold (stuck collective): "
          "abort the communicator and repeat the step",
          detectors=frozenset({_S.HANG})),

@@ -9,6 +9,8 @@ API:
   ``observe(duration_s, phase)`` for each completed iteration (slow-on-purpose phases are excluded),
   ``hang_threshold_s()`` (``None`` during warm-up), ``check(elapsed_s, phase)`` → :class:`HangVerdict`
   or ``None`` for the running iteration. O(window) per observation, O(1) per check.
+- :func:`waits_on_peers` — whether a hung rank's stack shows it blocked in communication (a collective,
+  a pipeline send/receive): its hang is its peers' or the network's, not its own.
 - :class:`StragglerDetector` (:class:`StragglerParams`) — ``observe(rank, duration_s)`` → a
   :class:`StragglerVerdict` when a rank becomes persistently slower than its peers;
   ``stragglers()`` lists the current ones. O(window + ranks·log ranks) per observation.
@@ -135,6 +137,31 @@ class MonitorParams:
             raise ValueError("window and min_samples must be >= 1, warmup >= 0")
         if self.hang_factor <= 1 or self.hang_floor_s < 0:
             raise ValueError("hang_factor must be > 1 and hang_floor_s >= 0")
+
+
+COMMUNICATION_FRAMES = (
+    "torch/distributed/",
+    "megatron/core/pipeline_parallel/p2p_communication.py",
+    "megatron/core/distributed/param_and_grad_buffer.py",
+    "megatron/core/distributed/finalize_model_grads.py",
+)
+"""Source files whose functions block on peers (torch.distributed's collectives and waits, Megatron's
+pipeline send/receive and its gradient reduction): a rank whose innermost Python frame is in one of them
+waits for its peers."""
+
+
+def waits_on_peers(stack: str) -> bool:
+    """Whether a ``faulthandler`` dump (the stack a hang verdict carries) shows the dumping thread — the
+    training loop, which handles the signal — blocked in communication: its innermost frame, the first
+    ``File`` line after ``Current thread`` (or ``Stack``, a one-thread dump), is in one of
+    :data:`COMMUNICATION_FRAMES`. False when the dump has no such thread or frame (no stack captured)."""
+    lines = stack.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(("Current thread", "Stack ("))), None)
+    if start is None:
+        return False
+    innermost = next((line for line in lines[start + 1 :] if line.strip().startswith("File ")), "")
+    path = innermost.strip().split('"')[1] if innermost.count('"') >= 2 else ""
+    return any(part in path for part in COMMUNICATION_FRAMES)
 
 
 @dataclass(frozen=True, slots=True)

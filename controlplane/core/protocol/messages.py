@@ -378,6 +378,11 @@ class HangVerdict(_Model):
     median_iteration_s: Seconds | None
     phase: Phase
     stack: Stack
+    in_collective: bool = False
+    """The rank was waiting for its peers, not stuck in its own work: it had finished its micro-batches and
+    was still in the gradient all-reduce one more threshold later, or its stack shows it blocked in a
+    collective or a pipeline send/receive. The link to a peer or the peer failed: such a verdict is a
+    consequence, never evidence against the rank's device."""
 
 
 class StragglerVerdict(_Model):
