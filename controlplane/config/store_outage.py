@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import PurePath
 
 import psycopg
 from django.db import InterfaceError, OperationalError
@@ -76,6 +77,24 @@ _OUTAGE_SQLSTATE_CLASSES = ("08", "57P")
 shutting down, crashed or starting). A connection that failed before any SQLSTATE has none."""
 
 
+def _raised_in_a_closed_broker_channel(exc: BaseException) -> bool:
+    """Kombu's Redis channel reading its connection's parameters after a lost connection closed the channel
+    under it (``'NoneType' object has no attribute 'client'`` in ``Channel._connparams``): what beat's
+    publish of a due task meets when Redis restarts twice within a few seconds. The next tick publishes on
+    a new channel."""
+    if not isinstance(exc, AttributeError) or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return code.co_name == "_connparams" and PurePath(code.co_filename).parts[-3:] == (
+        "kombu",
+        "transport",
+        "redis.py",
+    )
+
+
 def is_store_outage(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or an error it was raised from) is PostgreSQL or Redis unreachable or restarting —
     not a deadlock, a constraint or a bad query, which are errors of their own."""
@@ -83,6 +102,8 @@ def is_store_outage(exc: BaseException | None) -> bool:
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, RedisConnectionError | RedisTimeoutError | BrokerUnavailable):
+            return True
+        if _raised_in_a_closed_broker_channel(exc):
             return True
         if isinstance(exc, psycopg.InterfaceError):
             return True
