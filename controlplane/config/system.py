@@ -348,15 +348,19 @@ class System:
 
     # ------------------------------------------------------------------ stopping
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
-        """Stop every child (agents first, then beat, the worker, daphne: SIGTERM to each session, SIGKILL
-        what is left after ``grace_s``), then the embedded servers this process started."""
+        """Stop every child (agents first, then beat, the worker, daphne: SIGTERM to each session, to the
+        Celery worker's main process alone, SIGKILL what is left after ``grace_s``), then the embedded servers
+        this process started."""
         self.stopping = True
         order = sorted(self.children.values(), key=_stop_rank)
         for child in order:
             if child.running:
                 assert child.process is not None
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(child.process.pid, signal.SIGTERM)
+                    if child.name in STOP_LEADER_ONLY:
+                        os.kill(child.process.pid, signal.SIGTERM)
+                    else:
+                        os.killpg(child.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for child in order:
             if child.process is not None:
@@ -373,6 +377,11 @@ class System:
             stop_servers()
             self.owns_stores = False
 
+
+STOP_LEADER_ONLY = ("worker",)
+"""Children whose SIGTERM goes to their main process alone: the Celery worker stops its pool itself (a warm
+shutdown lets the task in flight finish); signalled as a group, its pool processes died beside it and the
+task in flight was lost as ``WorkerLostError``. What is left after the grace is killed as a group."""
 
 STOP_ORDER = ("beat", "worker", "web")
 """The services stop after the agents, in this order: the agent links close while daphne still answers."""
