@@ -611,6 +611,18 @@ def fault_classes(faults: list[tuple[str, float | None]]) -> dict[str, dict[str,
     }
 
 
+def fault_class_table(classes: dict[str, dict[str, Any]]) -> list[str]:
+    """The per-fault-class rows of :func:`fault_classes` as a Markdown table."""
+    lines = ["| fault | injected | progressed | median | max |", "|---|---|---|---|---|"]
+    for kind, row in classes.items():
+        med, top = row["time_to_progress_median_s"], row["time_to_progress_max_s"]
+        lines.append(
+            f"| {kind} | {row['faults']} | {row['progressed']} | "
+            f"{'' if med is None else f'{med:.1f}'} | {'' if top is None else f'{top:.1f}'} |"
+        )
+    return lines
+
+
 def combine(paths: list[Path]) -> dict[str, Any]:
     """Several runs (one per seed) as one campaign: totals, per seed, and per fault class over all."""
     runs = [json.loads(p.read_text()) for p in paths]
@@ -656,15 +668,8 @@ def campaign_markdown(c: dict[str, Any]) -> str:
         "",
         "Time from a fault to the progress of every task that was running then, over all runs (s):",
         "",
-        "| fault | injected | progressed | median | max |",
-        "|---|---|---|---|---|",
     ]
-    for kind, row in c["fault_classes"].items():
-        med, top = row["time_to_progress_median_s"], row["time_to_progress_max_s"]
-        lines.append(
-            f"| {kind} | {row['faults']} | {row['progressed']} | "
-            f"{'' if med is None else f'{med:.1f}'} | {'' if top is None else f'{top:.1f}'} |"
-        )
+    lines += fault_class_table(c["fault_classes"])
     return "\n".join(lines) + "\n"
 
 
@@ -711,15 +716,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "Time from a fault to the progress of every task that was running then (s):",
         "",
-        "| fault | injected | progressed | median | max |",
-        "|---|---|---|---|---|",
     ]
-    for kind, row in result["fault_classes"].items():
-        med, top = row["time_to_progress_median_s"], row["time_to_progress_max_s"]
-        lines.append(
-            f"| {kind} | {row['faults']} | {row['progressed']} | "
-            f"{'' if med is None else f'{med:.1f}'} | {'' if top is None else f'{top:.1f}'} |"
-        )
+    lines += fault_class_table(result["fault_classes"])
     lines += ["", "Violations:", ""]
     lines += [f"- {v['at']:.0f} s {v['invariant']}: {v['detail']}" for v in result["violations"]] or [
         "- none"

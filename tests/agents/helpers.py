@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.workers import TaskGroup, Worker
 from controlplane.core.protocol import (
+    Detector,
     ModelSpec,
     ParallelConfig,
     RankAssignment,
     Rendezvous,
     StartWorkersCommand,
+    WorkerEvent,
     WorkerLaunch,
 )
 
@@ -48,3 +52,22 @@ def launch(
 
 def start_command(task_id: str, epoch: int, wl: WorkerLaunch, command_id: str) -> StartWorkersCommand:
     return StartWorkersCommand(command_id=command_id, task_id=task_id, epoch=epoch, launch=wl)
+
+
+@dataclass
+class RecordingHost:
+    """A worker monitor's host (``agents.worker_monitor.MonitorHost``) that records what it reports."""
+
+    groups: dict[str, TaskGroup] = field(default_factory=dict)
+    sent: list[tuple[int, WorkerEvent, Detector | None]] = field(default_factory=list)
+
+    def report(
+        self,
+        w: Worker,
+        event: WorkerEvent,
+        detector: Detector | None,
+        occurred: float | None = None,
+        epoch: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        self.sent.append((w.rank, event, detector))

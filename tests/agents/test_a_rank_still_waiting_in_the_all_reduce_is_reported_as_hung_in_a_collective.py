@@ -7,33 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 
 from agents.api import WorkerSpec
 from agents.monitor import MonitorConfig
 from agents.training.hook_protocol import ComputeDone, IterationEnd, IterationStart
 from agents.worker_monitor import WorkerMonitor
-from agents.workers import TaskGroup, Worker
-from controlplane.core.protocol import Detector, HangVerdict, WorkerEvent
-from tests.agents.helpers import launch
-
-
-@dataclass
-class Host:
-    groups: dict[str, TaskGroup] = field(default_factory=dict)
-    sent: list[tuple[int, WorkerEvent, Detector | None]] = field(default_factory=list)
-
-    def report(
-        self,
-        w: Worker,
-        event: WorkerEvent,
-        detector: Detector | None,
-        occurred: float | None = None,
-        epoch: int | None = None,
-        rank: int | None = None,
-    ) -> None:
-        self.sent.append((w.rank, event, detector))
-
+from agents.workers import TaskGroup
+from controlplane.core.protocol import HangVerdict
+from tests.agents.helpers import RecordingHost, launch
 
 PIPELINE_RECEIVE = (
     "Current thread 0x00007f5368687b80 (most recent call first):\n"
@@ -47,7 +28,7 @@ async def _hang_of(synced: bool, stack: str = "") -> HangVerdict:
     cfg = MonitorConfig(hang_floor_s=0.05)
     spec = WorkerSpec("gpt", 0, launch(dp=2, iterations=100))
     group = TaskGroup(spec, cfg)
-    host = Host(groups={"gpt": group})
+    host = RecordingHost(groups={"gpt": group})
     monitor = WorkerMonitor(host, cfg, kill_hung=False, elastic_wait_s=30.0)
     w = group.workers[0]
 

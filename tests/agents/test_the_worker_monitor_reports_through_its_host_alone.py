@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 
 from agents.api import WorkerSpec, WorkerState
 from agents.monitor import MonitorConfig
@@ -14,31 +13,12 @@ from agents.training.hook_protocol import ExceptionRaised, IterationEnd, Iterati
 from agents.worker_monitor import WorkerMonitor
 from agents.workers import TaskGroup, Worker
 from controlplane.core.protocol import (
-    Detector,
     HangVerdict,
     IterationStats,
     StragglerVerdict,
-    WorkerEvent,
     WorkerException,
 )
-from tests.agents.helpers import launch
-
-
-@dataclass
-class Host:
-    groups: dict[str, TaskGroup] = field(default_factory=dict)
-    sent: list[tuple[int, WorkerEvent, Detector | None]] = field(default_factory=list)
-
-    def report(
-        self,
-        w: Worker,
-        event: WorkerEvent,
-        detector: Detector | None,
-        occurred: float | None = None,
-        epoch: int | None = None,
-        rank: int | None = None,
-    ) -> None:
-        self.sent.append((w.rank, event, detector))
+from tests.agents.helpers import RecordingHost, launch
 
 
 def _iterate(monitor: WorkerMonitor, w: Worker, its: range, compute: float) -> None:
@@ -52,7 +32,7 @@ async def test_the_worker_monitor_reports_through_its_host_alone() -> None:
     cfg = MonitorConfig(straggler_persistence=3)
     spec = WorkerSpec("gpt", 0, launch(dp=2, iterations=100))
     group = TaskGroup(spec, cfg)
-    host = Host(groups={"gpt": group})
+    host = RecordingHost(groups={"gpt": group})
     monitor = WorkerMonitor(host, cfg, kill_hung=True, elastic_wait_s=0.0)
     fast, slow = group.workers[0], group.workers[1]
 
