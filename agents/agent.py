@@ -175,6 +175,11 @@ class Agent:
             spares_ready=sum(1 for sp in spares if sp.ready),
             spares=len(spares),
             workers_running=sum(1 for w in workers if w.exit is None and w.handle is not None),
+            workers=frozenset(
+                (w.spec.task_id, str(w.spec.epoch), str(w.rank), str(w.device), w.state.value)
+                for w in workers
+                if w.exit is None and w.handle is not None
+            ),
             snapshots=len(snapshots),
             snapshot_bytes=sum(s.nbytes for s in snapshots),
             outbox_messages=len(self.outbox),

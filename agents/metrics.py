@@ -6,6 +6,8 @@ registry (no process-wide default registry) from a thread of the agent process. 
 - ``unicron_agent_warm_spares_ready``, ``unicron_agent_warm_spares``: spare worker processes ready to
   take a rank, and all kept (starting or ready);
 - ``unicron_agent_workers_running``: worker processes (or simulated ranks) that have not exited;
+- ``unicron_agent_worker_info``: 1 for each of them, labelled with its task, epoch, rank, device and
+  state (what the node runs, to hold against what the control plane allocated to it);
 - ``unicron_agent_snapshot_bytes``, ``unicron_agent_snapshots``: in-memory snapshots the node holds;
 - ``unicron_agent_outbox_messages``: reports and acks not yet confirmed by the coordinator;
 - ``unicron_agent_link_connected``: 1 while the WebSocket link to the coordinator is up;
@@ -49,6 +51,8 @@ class AgentFigures:
     snapshot_bytes: int
     outbox_messages: int
     link_connected: bool
+    workers: frozenset[tuple[str, str, str, str, str]] = frozenset()
+    """The running workers as (task, epoch, rank, device, state)."""
 
 
 class AgentMetrics:
@@ -76,6 +80,13 @@ class AgentMetrics:
             labels,
             registry=r,
         ).labels(node)
+        self._worker_info = Gauge(
+            "unicron_agent_worker_info",
+            "1 for each worker of this node that has not exited, by task, epoch, rank, device and state.",
+            ("node", "task", "epoch", "rank", "device", "state"),
+            registry=r,
+        )
+        self._worker_labels: frozenset[tuple[str, str, str, str, str]] = frozenset()
         self._snapshots = Gauge(
             "unicron_agent_snapshots", "In-memory snapshots this node holds.", labels, registry=r
         ).labels(node)
@@ -133,6 +144,11 @@ class AgentMetrics:
         self._spares_ready.set(f.spares_ready)
         self._spares.set(f.spares)
         self._workers.set(f.workers_running)
+        for gone in self._worker_labels - f.workers:  # series removed one by one: a scrape sees no gap
+            self._worker_info.remove(self.node, *gone)
+        for labels in f.workers - self._worker_labels:
+            self._worker_info.labels(self.node, *labels).set(1)
+        self._worker_labels = f.workers
         self._snapshots.set(f.snapshots)
         self._snapshot_bytes.set(f.snapshot_bytes)
         self._outbox.set(f.outbox_messages)

@@ -26,14 +26,14 @@ restarts them with back-off); Redis and PostgreSQL restarted.
 **Invariants**, checked every ``--check-every`` s: no device in two active allocations (at once); no
 transition open and no failure event unresolved for more than 60 s; no running task without progress for
 more than 60 s; no node out of service for more than 60 s while its agent runs, is not frozen and its
-link is up; on every node, the workers its agent says are running (its own metrics) equal the active
-allocations of running tasks there, within 60 s. At the end, after ``--settle`` s without faults: every
-node and device in service, every task that the plan runs advancing, and after the system stopped: no
-process left that carried this run's marker in its environment and no new ``/dev/shm`` entry (entries
-other programs make meanwhile count too; the run's own PostgreSQL keeps its dynamic shared memory in its
-data directory, so two runs side by side do not count each other's). Per fault class: the time from the
-fault to the progress of every task that was running then
-(median, max). The logs are scanned for HTTP 5xx answers and tracebacks.
+link is up; on every node, the workers its agent says are running (its own metrics, by task, epoch,
+rank and device) are the active allocations of running and reconfiguring tasks there, within 60 s. At
+the end, after ``--settle`` s without faults: every node and device in service, every task that the
+plan runs advancing, and after the system stopped: no process left that carried this run's marker in
+its environment and no new ``/dev/shm`` entry (entries other programs make meanwhile count too; the
+run's own PostgreSQL keeps its dynamic shared memory in its data directory, so two runs side by side do
+not count each other's). Per fault class: the time from the fault to the progress of every task that
+was running then (median, max). The logs are scanned for HTTP 5xx answers and tracebacks.
 
 Writes ``bench/results/chaos.json`` (``faults_injected``, ``duration_minutes``, ``invariant_violations``,
 ``orphan_processes``, ``http_5xx``, ...) and the same as a page, ``bench/results/chaos.md``.
@@ -309,16 +309,22 @@ class Chaos:
         env = {"UNICRON_AGENT_METRICS_ADDR": addr, "UNICRON_AGENT_METRICS_PORT": port}
         self.system.start(name, command if ns is None else ns.command(command), env=env)
 
-    def workers_running(self, name: str) -> int | None:
-        """The worker processes (or simulated ranks) the node's agent says are running; None when it
-        does not answer (restarting)."""
+    def agent_workers(self, name: str) -> tuple[int, list[str]] | None:
+        """The worker processes (or simulated ranks) the node's agent says are running, and each as
+        ``task eN rN dN state``; None when it does not answer (restarting)."""
         try:
             with urllib.request.urlopen(f"http://{self.metrics_at[name]}/metrics", timeout=1) as r:
                 text = r.read().decode()
         except OSError:
             return None
         found = re.search(r"^unicron_agent_workers_running\{[^}]*\} ([0-9.e+]+)$", text, re.M)
-        return int(float(found.group(1))) if found else None
+        if found is None:
+            return None
+        listed = []
+        for labels in re.findall(r"^unicron_agent_worker_info\{([^}]*)\} 1\.0$", text, re.M):
+            w = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            listed.append(f"{w['task']} e{w['epoch']} r{w['rank']} d{w['device']} {w['state']}")
+        return int(float(found.group(1))), sorted(listed)
 
     def wait_nodes(self, timeout: float = 120.0) -> None:
         from controlplane.apps.fleet.models import Device
@@ -520,20 +526,28 @@ class Chaos:
                 if n not in away
             ]
             self._lasting("node_out_of_service", out)
-            # every running task's active allocation is one running worker, and no worker runs without one
-            held = Counter(
-                Allocation.objects.filter(active=True, task__state="running").values_list(
-                    "device__node__name", flat=True
-                )
-            )
+            # every active allocation of a running (or reconfiguring) task is one running worker of that
+            # task, epoch, rank and device, and no worker runs without one
+            held: dict[str, list[str]] = {}
+            for node, task, state, epoch, rank, index in Allocation.objects.filter(
+                active=True, task__state__in=["running", "reconfiguring"]
+            ).values_list("device__node__name", "task_id", "task__state", "epoch", "rank", "device__index"):
+                held.setdefault(node, []).append(f"{task} e{epoch} r{rank} d{index} {state}")
             mismatched = []
             for name in self.nodes:
                 if name in away:
                     continue
-                workers = self.workers_running(name)
-                if workers is not None and workers != held[name]:
+                seen = self.agent_workers(name)
+                if seen is None:
+                    continue
+                workers, listed = seen
+                allocated = sorted(held.get(name, []))
+                if workers != len(allocated) or _ranks(listed) != _ranks(allocated):
                     mismatched.append(name)
-                    self.last_mismatch[name] = f"{workers} workers, {held[name]} allocations"
+                    self.last_mismatch[name] = (
+                        f"{workers} workers [{', '.join(listed)}], "
+                        f"{len(allocated)} allocations [{', '.join(allocated)}]"
+                    )
             for name in list(self.last_mismatch):
                 if name not in mismatched:
                     del self.last_mismatch[name]
@@ -671,6 +685,11 @@ def campaign_markdown(c: dict[str, Any]) -> str:
     ]
     lines += fault_class_table(c["fault_classes"])
     return "\n".join(lines) + "\n"
+
+
+def _ranks(listed: list[str]) -> list[str]:
+    """``task eN rN dN state`` entries without their state: which rank of which epoch on which device."""
+    return sorted(entry.rsplit(" ", 1)[0] for entry in listed)
 
 
 def scan_logs(run_dir: Path) -> tuple[int, int, Counter[str]]:

@@ -23,7 +23,9 @@ synchronous handler that persists it through the services (run with ``database_s
   A node that is not healthy costs that UPDATE and, when the heartbeat is fresh, its return to service
   (a joining node whose agent is still warming costs nothing more). A heartbeat that waited in a queue
   longer than ``UNICRON_SUSPECT_AFTER_S`` brings nothing back. With Redis unreachable the heartbeat is
-  stamped in PostgreSQL instead.
+  stamped in PostgreSQL instead. A node that lists workers gets one more transaction every
+  :data:`WORKERS_RECONCILED_EVERY_S`: its workers against its allocations, and a stray seen twice in a
+  row is told to stop (``fleet.liveness.reconcile_workers``).
 - ``worker_report``: failure evidence → classified :class:`FailureEvent` (idempotent by
   ``report_id``) with the report's epoch; evidence of the task's *current* epoch enqueues
   ``incidents.handle_failure`` after the settle window, older epochs are recorded but never acted on
@@ -78,7 +80,14 @@ from controlplane.apps.fleet.authority import (
 )
 from controlplane.apps.fleet.choices import NodeState
 from controlplane.apps.fleet.delivery import fail_undeliverable, mark_sent, pending_commands, record_ack
-from controlplane.apps.fleet.liveness import apply_hello, mark_link_closed, record_impersonation, revive_node
+from controlplane.apps.fleet.liveness import (
+    StrayWorker,
+    apply_hello,
+    mark_link_closed,
+    reconcile_workers,
+    record_impersonation,
+    revive_node,
+)
 from controlplane.apps.fleet.models import Node
 from controlplane.apps.fleet.outbox import (
     AGENT_SUPERSEDED_EVENT,
@@ -123,6 +132,10 @@ CLOSE_STORE_UNAVAILABLE = 4503
 STATE_REREAD_EVERY = 30
 """A healthy node's link re-reads its state from PostgreSQL every this many heartbeats (the ``node.state``
 events tell it of changes; this bounds how long a lost event can mislead it)."""
+
+WORKERS_RECONCILED_EVERY_S = 15.0
+"""A healthy node's listed workers are compared with its allocations this often (only while it lists
+any): a stray seen in two readings in a row is stopped (``fleet.liveness.reconcile_workers``)."""
 
 
 class _LinkBroken(Exception):
@@ -180,6 +193,9 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     _state: str | None = None
     """The node's state as this link last read or was told it (``node.state`` events)."""
     _beats: int = 0
+    _reconcile_at: float = 0.0
+    _strays: frozenset[StrayWorker] = frozenset()
+    """The workers the last reconciliation found stray (stopped if the next one finds them again)."""
     _newest_beat: AgentEnvelope | None = None
     """The newest heartbeat received (its database part is done for the newest one only)."""
     _beat_queued: bool = False
@@ -484,6 +500,7 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             allowed, refused = await _db(check_snapshot_adverts)(self._node_id, heartbeat.snapshots)
             await _db(do_record_snapshots)(self._node_id, [s.model_dump(mode="json") for s in allowed])
             await self._refuse(envelope, "agent_snapshot_refused", refused)
+        await self._reconcile_workers(heartbeat, delay)
         if stored and self._state == NodeState.HEALTHY and self._beats % STATE_REREAD_EVERY:
             return  # the hot path: Redis only
         if delay > float(settings.UNICRON_SUSPECT_AFTER_S):
@@ -498,6 +515,22 @@ class AgentLinkConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             new = await _db(revive_node)(self._node_id, heartbeat.warming, heartbeat.workers)
             self._state = new
             log.info("agent %s: heartbeat while %s -> %s", self.node_name, state, new)
+
+    async def _reconcile_workers(self, heartbeat: Heartbeat, delay: float) -> None:
+        """Every :data:`WORKERS_RECONCILED_EVERY_S`, a healthy node's fresh worker list against its
+        allocations (nothing to compare, and no database call, while it lists none)."""
+        if not heartbeat.workers:
+            self._strays = frozenset()
+            return
+        now = time.monotonic()
+        if (
+            self._state != NodeState.HEALTHY
+            or now < self._reconcile_at
+            or delay > float(settings.UNICRON_SUSPECT_AFTER_S)  # an old list: says nothing about now
+        ):
+            return
+        self._reconcile_at = now + WORKERS_RECONCILED_EVERY_S
+        self._strays = await _db(reconcile_workers)(self._node_id, heartbeat.workers, self._strays)
 
     def _record_last_seen(self, when: float) -> asyncio.Future[bool]:
         """The node's newest sign of life into Redis, with the next batch; the future says whether Redis

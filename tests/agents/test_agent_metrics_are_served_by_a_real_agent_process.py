@@ -1,7 +1,7 @@
 """A real agent process with ``UNICRON_AGENT_METRICS_PORT`` set serves its own Prometheus metrics on
-``UNICRON_AGENT_METRICS_ADDR``: the link is up, the workers of a started task count as running (and
-stop counting once stopped), every hook event's report delay and every heartbeat's send lag are
-observed."""
+``UNICRON_AGENT_METRICS_ADDR``: the link is up, the workers of a started task count as running and are
+listed by task, epoch, rank and device (and neither, once stopped), every hook event's report delay
+and every heartbeat's send lag are observed."""
 
 from __future__ import annotations
 
@@ -81,11 +81,18 @@ async def test_a_real_agent_serves_its_metrics(coordinator: TestCoordinator, tmp
         delays = _v(busy, "unicron_agent_hook_report_delay_seconds_count")
         within_1s = busy["unicron_agent_hook_report_delay_seconds_bucket[('le', '1.0')]"].value
         assert within_1s >= 0.9 * delays  # in-process simulated ranks report at once
+        listed = sorted(
+            (s.labels["task"], s.labels["epoch"], s.labels["rank"], s.labels["device"])
+            for s in busy.values()
+            if s.name == "unicron_agent_worker_info" and s.value == 1.0
+        )
+        assert listed == [(d.task_id, "1", "0", "0"), (d.task_id, "1", "1", "1")]
         rtt = _v(busy, "unicron_agent_heartbeat_round_trip_seconds_count")
         assert rtt == _v(busy, "unicron_agent_heartbeat_send_lag_seconds_count")
 
         await d.stop("m1", 1, grace_s=1.0)
-        await _until(url, lambda s: _v(s, "unicron_agent_workers_running") == 0.0, 30)
+        idle = await _until(url, lambda s: _v(s, "unicron_agent_workers_running") == 0.0, 30)
+        assert not [s for s in idle.values() if s.name == "unicron_agent_worker_info"]
     finally:
         proc.kill()
         await proc.wait()

@@ -26,8 +26,8 @@ from controlplane.apps.fleet.services import (
     do_set_node_state,
 )
 from controlplane.apps.fleet.signals import agent_said_hello
-from controlplane.apps.training.choices import TERMINAL_TASK_STATES
-from controlplane.apps.training.models import TrainingTask
+from controlplane.apps.training.choices import TERMINAL_TASK_STATES, TaskState
+from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.apps.training.selectors import task_pk
 from controlplane.core.planning import DEVICE_KINDS
 from controlplane.core.protocol import DeviceInfo, Hello, WorkerStatus
@@ -128,6 +128,73 @@ def _stop_stray_workers(node: Node, workers: list[WorkerStatus]) -> None:
             task.pk,
             task.epoch,
         )
+
+
+StrayWorker = tuple[str, int, int, int | None]
+"""A worker as a node lists it: (task id, epoch, rank, pid)."""
+
+
+@transaction.atomic
+def reconcile_workers(
+    node_id: int, workers: list[WorkerStatus], suspected: frozenset[StrayWorker]
+) -> frozenset[StrayWorker]:
+    """Level-triggered: what a healthy node runs is compared with what it was given. A live worker no
+    active allocation accounts for — its task no longer runs here or ended, or its task is running (no
+    transition open) and the worker is not that epoch's rank on that device — is a stray; a stray listed
+    in two readings in a row (``suspected``: the strays of the previous reading) is stopped, so a
+    transition that is just being delivered is never cut short. The hello and the revival stop a moved
+    task's workers at once (:func:`_stop_stray_workers`); this catches whatever a lost command, a
+    restarted agent or a re-delivered order left running. Returns this reading's strays."""
+    node = Node.objects.filter(pk=node_id).first()
+    if node is None or node.state != NodeState.HEALTHY:
+        return frozenset()
+    live = [w for w in workers if w.state in _LIVE_WORKER_STATES and task_pk(w.task_id) is not None]
+    tasks = TrainingTask.objects.in_bulk({task_pk(w.task_id) for w in live})
+    held = set(
+        Allocation.objects.filter(active=True, device__node_id=node_id, task_id__in=list(tasks)).values_list(
+            "task_id", "epoch", "rank", "device__index"
+        )
+    )
+    tasks_here = {task_id for task_id, _, _, _ in held}
+    strays: dict[int, list[WorkerStatus]] = {}
+    for w in live:
+        task = tasks.get(task_pk(w.task_id))
+        if task is None:
+            continue  # not ours to name in a command
+        gone = task.state in TERMINAL_TASK_STATES or task.pk not in tasks_here
+        stale = task.state == TaskState.RUNNING and (task.pk, w.epoch, w.rank, w.device) not in held
+        if gone or stale:
+            strays.setdefault(task.pk, []).append(w)
+    found = {(w.task_id, w.epoch, w.rank, w.pid) for ws in strays.values() for w in ws}
+    for pk, ws in sorted(strays.items()):
+        confirmed = [w for w in ws if (w.task_id, w.epoch, w.rank, w.pid) in suspected]
+        if (
+            not confirmed
+            or AgentCommand.objects.filter(
+                node_id=node_id,
+                task_id=pk,
+                type=CommandType.STOP_WORKERS,
+                state__in=[CommandState.PENDING, CommandState.SENT],
+            ).exists()
+        ):
+            continue
+        task = tasks[pk]
+        ended = task.state in TERMINAL_TASK_STATES
+        whole = ended or pk not in tasks_here
+        ranks = None if whole else sorted({w.rank for w in confirmed})
+        log.warning(
+            "node %s runs %s of task %s that no allocation accounts for (task %s, epoch %s): stopping",
+            node.name,
+            "every worker" if whole else f"ranks {ranks}",
+            pk,
+            task.state,
+            task.epoch,
+        )
+        payload: dict[str, object] = {"task": pk, "grace_s": 5.0, "task_ended": ended}
+        if ranks is not None:
+            payload["ranks"] = ranks
+        do_enqueue_command(node, CommandType.STOP_WORKERS, payload, pk, task.epoch)
+    return frozenset(found)
 
 
 def _bring_back(node: Node, reason: str, warming: bool = False) -> Node:
