@@ -114,8 +114,18 @@ def agent_command(
     token_file: Path | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """A node agent (``python -m agents``) for ``node``, authenticating with its token (or token file)."""
-    auth = ["--token-file", str(token_file)] if token_file is not None else ["--token", str(token)]
+    """A node agent (``python -m agents``) for ``node``, authenticating with its token file; a token given
+    as such is written to ``run_dir/token`` (owner-only) first: a command line is readable by every user
+    of the machine (``ps``), a token on it would be too."""
+    if token_file is None:
+        if not token:
+            raise ValueError(f"agent {node}: a token or a token file is needed")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        token_file = run_dir / "token"
+        token_file.touch(mode=0o600)
+        token_file.chmod(0o600)
+        token_file.write_text(token)
+    auth = ["--token-file", str(token_file)]
     return [
         sys.executable,
         "-m",
