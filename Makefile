@@ -40,9 +40,9 @@ pytest-core: install
 
 # The browser tests run in their own pytest process: Playwright's sync API keeps an event loop running
 # in the main thread for the session, which the async (Channels) tests cannot share.
-# Each run lists its 20 slowest tests: where the suite's time goes shows in every CI log.
+# Each run lists its 40 slowest tests: where the suite's time goes shows in every CI log.
 pytest: install
-	$(BIN)/pytest -q --durations=20 --ignore=tests/browser
+	$(BIN)/pytest -q --durations=40 --ignore=tests/browser
 	$(BIN)/pytest -q --durations=5 tests/browser
 
 test: lint typecheck contracts migrations-check pytest
