@@ -573,9 +573,9 @@ class Chaos:
             if since >= 0 and now - since >= grace:
                 offender = key.split(":", 1)[1]
                 more = (detail or {}).get(offender)
-                self.violations.append(
-                    Violation(invariant, now, f"{offender} ({more})" if more else offender)
-                )
+                violation = Violation(invariant, now, f"{offender} ({more})" if more else offender)
+                self.violations.append(violation)
+                say(f"VIOLATION {invariant}: {violation.detail}")
                 self.broken_since[key] = -1.0  # reported for this episode
 
     # ------------------------------------------------------------------ end
