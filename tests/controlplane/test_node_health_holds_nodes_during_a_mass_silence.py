@@ -148,3 +148,41 @@ def test_two_of_two_nodes_silent_are_lost_as_before_below_min_nodes() -> None:
     assert states(nodes) == ["lost", "lost"]
     assert FailureEvent.objects.count() == 2
     assert mass_alerts() == []
+
+
+def test_the_nodes_still_silent_when_most_are_back_stay_held_until_the_mass_silence_bound() -> None:
+    """A restarted ASGI server's agents reconnect one by one: once some are back the others may no longer
+    be "most", but they fell silent with the rest and are still judged by the longer deadline; a node
+    that falls silent after the episode is judged by the usual one."""
+    last = timezone.now() - timedelta(minutes=5)
+    nodes = nodes_silent_since(last, 4)
+    steady = nodes_silent_since(last, 3)  # heard all along
+    late = NodeFactory(last_heartbeat_at=last)  # heard until after the episode was seen
+
+    def heard(ns: list[Node], t: float) -> None:
+        for n in ns:
+            last_seen.record(n.pk, at(last, t).timestamp())
+
+    heard([*steady, late], SUSPECT + 0.5)
+    first = sweep_node_health(now=at(last, SUSPECT + 0.5))  # 4 of 8 silent: none past lost_after yet
+    assert (first.lost, first.held, len(first.suspect)) == ([], [], 4)
+    heard(nodes[:2], LOST)  # their agents reconnected: the link brings them back
+    Node.objects.filter(pk__in=[n.pk for n in nodes[:2]]).update(state="healthy")
+    heard([*nodes[:2], *steady], LOST + 1.0)
+
+    sweep = sweep_node_health(now=at(last, LOST + 1.0))  # 2 of 8 silent: no longer a mass silence
+
+    assert (sweep.lost, sorted(sweep.held)) == ([], sorted(n.name for n in nodes[2:]))
+    assert states(nodes[2:]) == ["suspect", "suspect"]
+    assert not FailureEvent.objects.exists()
+    assert len(mass_alerts()) == 1
+
+    heard([*nodes[:2], *steady], SUSPECT + 0.5 + LOST + 0.5)
+    later = sweep_node_health(now=at(last, SUSPECT + 0.5 + LOST + 0.5))  # the late node: silent past it
+    assert later.lost == [late.name]
+    assert sorted(later.held) == sorted(n.name for n in nodes[2:])
+
+    heard([*nodes[:2], *steady], MASS_LOST + 0.5)
+    gone = sweep_node_health(now=at(last, MASS_LOST + 0.5))
+    assert sorted(gone.lost) == sorted(n.name for n in nodes[2:])
+    assert states(nodes[2:]) == ["lost", "lost"]

@@ -216,7 +216,7 @@ def _fresh_heartbeat_times() -> Iterator[None]:
 
     def clear() -> None:
         with contextlib.suppress(Exception):
-            last_seen.liveness_redis().delete(last_seen.LAST_SEEN_KEY, last_seen.DELAY_KEY)
+            last_seen.liveness_redis().delete(*last_seen.LIVENESS_KEYS)
 
     clear()
     yield

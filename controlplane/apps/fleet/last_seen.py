@@ -22,6 +22,8 @@ queueing delay, sampled into :data:`DELAY_KEY` for the metrics and the watchdog'
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import statistics
 import time
@@ -40,6 +42,9 @@ LAST_SEEN_KEY = "unicron:liveness:last-seen"
 DELAY_KEY = "unicron:liveness:link-delay"
 """List of the agent link's latest queueing delays (seconds, newest first), :data:`DELAY_SAMPLES` long."""
 DELAY_SAMPLES = 4096
+MASS_SILENCE_KEY = "unicron:liveness:mass-silence"
+"""The latest mass silence the health watchdog saw (JSON of :class:`MassSilenceSeen`), while it lasts."""
+LIVENESS_KEYS = (LAST_SEEN_KEY, DELAY_KEY, MASS_SILENCE_KEY)
 
 
 @cache
@@ -138,6 +143,34 @@ def backfill(stamps: Mapping[int, float]) -> int:
         return 0
     added = liveness_redis().zadd(LAST_SEEN_KEY, {str(i): t for i, t in stamps.items()}, nx=True)
     return int(cast(int, added))
+
+
+@dataclass(frozen=True)
+class MassSilenceSeen:
+    """A mass silence as the watchdog last saw it: ``silent`` of ``watched`` nodes, those last heard before
+    ``silent_before`` (unix seconds), to be declared lost only past ``lost_after_s``."""
+
+    silent_before: float
+    silent: int
+    watched: int
+    lost_after_s: float
+
+
+def note_mass_silence(seen: MassSilenceSeen) -> None:
+    """Remember the episode for as long as its nodes may be held (every sweep that sees it renews it)."""
+    liveness_redis().set(
+        MASS_SILENCE_KEY, json.dumps(dataclasses.asdict(seen)), px=int(seen.lost_after_s * 1000) + 1
+    )
+
+
+def mass_silence_seen() -> MassSilenceSeen | None:
+    raw = liveness_redis().get(MASS_SILENCE_KEY)
+    if raw is None:
+        return None
+    try:
+        return MassSilenceSeen(**json.loads(raw))
+    except (TypeError, ValueError):
+        return None  # not ours: judged as if none was seen
 
 
 @dataclass(frozen=True)

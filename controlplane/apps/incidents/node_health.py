@@ -18,7 +18,11 @@ suspect and declared lost only past ``UNICRON_MASS_SILENCE_LOST_AFTER_S`` (60 s:
 is still handled); one sev1 alert per episode tells the operator (not one per sweep: none is raised
 while an alert of the same kind created since the earliest silent node's last heartbeat exists). A
 heartbeat ends the episode: the agent link brings the node back to healthy. Fewer silent nodes than
-the minimum (one lost node, a 2-node cluster) are handled as before.
+the minimum (one lost node, a 2-node cluster) are handled as before. The episode is remembered (in
+Redis, beside the heartbeat times) for as long as its nodes may be held: a node silent since it was seen
+keeps the longer deadline though most others are back already (the agents of a restarted ASGI server
+reconnect one by one, and the last two of four are no longer "most"); a node that falls silent after it
+is judged by the usual deadline.
 
 Detection latency bound for a node that dies right after a heartbeat:
 ``lost_after + period + task latency`` (≈ 3 s + 1 s + queueing with the defaults). Beat's 1 s interval is
@@ -244,17 +248,30 @@ def sweep_node_health(now: datetime | None = None) -> HealthSweep:
         log.warning("node health: the agent link reads heartbeats %.1fs late: deadlines extended by it", lag)
     suspect_after = float(settings.UNICRON_SUSPECT_AFTER_S) + lag
     lost_after = float(settings.UNICRON_LOST_AFTER_S) + lag
-    stale = _silent_watched_nodes(now_s, now_s - min(suspect_after, lost_after))
-    silence = _find_mass_silence(len(stale), lost_after) if stale else None
+    cutoff = now_s - min(suspect_after, lost_after)
+    stale = _silent_watched_nodes(now_s, cutoff)
+    found = _find_mass_silence(len(stale), lost_after) if stale else None
+    if found is not None:
+        last_seen.note_mass_silence(
+            last_seen.MassSilenceSeen(cutoff, found.silent, found.watched, found.lost_after_s)
+        )
+    episode = last_seen.mass_silence_seen() if stale and found is None else None
     suspect: list[str] = []
     lost: list[str] = []
     held: list[str] = []
+    holding: MassSilence | None = None
     for node, last_s in stale:
+        silence = found
+        if silence is None and episode is not None and last_s < episode.silent_before:
+            # silent since the episode was seen, though most others are back (a restarted ASGI server's
+            # agents reconnect one by one): still part of it, still judged by its longer deadline
+            silence = MassSilence(episode.silent, episode.watched, episode.lost_after_s)
         if silence is not None and failures.heartbeat_expired(last_s, now_s, silence.lost_after_s):
             if _declare_lost(node.pk, last_s, now, silence.lost_after_s, silence):
                 lost.append(node.name)
         elif failures.heartbeat_expired(last_s, now_s, lost_after):
             if silence is not None:
+                holding = silence
                 held.append(node.name)  # lost only past the longer bound; suspect meanwhile
                 if node.state == NodeState.HEALTHY and _mark_suspect(node, last_s, now_s, lost_after):
                     suspect.append(node.name)
@@ -266,15 +283,14 @@ def sweep_node_health(now: datetime | None = None) -> HealthSweep:
             and _mark_suspect(node, last_s, now_s, suspect_after)
         ):
             suspect.append(node.name)
-    if held:
-        assert silence is not None
+    if holding is not None:
         silent_since = datetime.fromtimestamp(min(t for _, t in stale), tz=UTC)
-        if _raise_mass_silence_alert(silence, silent_since):
+        if _raise_mass_silence_alert(holding, silent_since):
             log.error(
                 "node health: %s; holding %s suspect up to %gs",
-                silence.describe(),
+                holding.describe(),
                 held,
-                silence.lost_after_s,
+                holding.lost_after_s,
             )
     if suspect or lost or held:
         log.warning("node health: suspect %s, lost %s, held %s", suspect, lost, held)
