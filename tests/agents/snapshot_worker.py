@@ -56,6 +56,7 @@ def run_ranks(cfgs: list[dict[str, Any]], log_dir: Path, timeout_s: float = 120.
     A rendezvous port picked free can be taken by another process before rank 0 binds it: then the
     run is repeated on a new port (at most ``attempts`` times).
     """
+    from agents.worker_handle import kill_group
     from tests.agents.helpers import free_port
 
     for attempt in range(attempts):
@@ -67,6 +68,9 @@ def run_ranks(cfgs: list[dict[str, Any]], log_dir: Path, timeout_s: float = 120.
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+                # a rank leaves with os._exit: the helpers dist_checkpointing started (its Manager's
+                # server and the resource tracker) live on in the rank's session, orphaned
+                kill_group(p.pid)
         if not any(codes):
             return
         logs = {c["rank"]: (log_dir / f"attempt{attempt}" / f"rank{c['rank']}.log").read_text() for c in cfgs}
