@@ -156,8 +156,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if self.worker_kind == "megatron":
-            self.guard = self._start_guard()
+        self.guard = self._start_guard()  # simulated ranks start no process, but the snapshot root is there
         self._server = await asyncio.start_unix_server(self._serve_hook, path=str(self.socket_path))
         self.worker_monitor.start()
         await self.spare_pool.start(self._worker_pids)
