@@ -692,6 +692,23 @@ def _ranks(listed: list[str]) -> list[str]:
     return sorted(entry.rsplit(" ", 1)[0] for entry in listed)
 
 
+STRAY_STOPS = {
+    "at_hello_or_revival": "which no longer runs there: stopping it",
+    "by_reconciliation": "that no allocation accounts for",
+}
+"""What the control plane logs when it tells a node to stop workers no allocation accounts for."""
+
+
+def count_stray_stops(run_dir: Path) -> dict[str, int]:
+    """How often the control plane stopped a node's stray workers, by the path that found them."""
+    counts = dict.fromkeys(STRAY_STOPS, 0)
+    for log in run_dir.glob("web*.log"):
+        text = log.read_text(errors="replace")
+        for key, needle in STRAY_STOPS.items():
+            counts[key] += text.count(needle)
+    return counts
+
+
 def scan_logs(run_dir: Path) -> tuple[int, int, Counter[str]]:
     http_5xx = tracebacks = 0
     where: Counter[str] = Counter()
@@ -732,6 +749,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"| /dev/shm entries left | {len(result['dev_shm_left'])} |",
         f"| HTTP 5xx answers | {result['http_5xx']} |",
         f"| tracebacks in the logs | {result['tracebacks']} {result['errors_by_log'] or ''} |",
+        f"| stray workers stopped | {result.get('stray_workers_stopped', '-')} |",
         "",
         "Time from a fault to the progress of every task that was running then (s):",
         "",
@@ -887,6 +905,7 @@ def main() -> None:
         "http_5xx": http_5xx,
         "tracebacks": tracebacks,
         "errors_by_log": dict(where),
+        "stray_workers_stopped": count_stray_stops(run_dir),
         "final": final,
         "faults": [asdict(f) | {"running_then": None} for f in chaos.faults],
         "setup": {
