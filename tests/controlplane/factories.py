@@ -133,3 +133,20 @@ class MetricSampleFactory(factory.django.DjangoModelFactory[MetricSample]):
     kind = "cluster_waf"
     value = 1.0
     at = factory.LazyFunction(lambda: datetime.now(UTC))
+
+
+def task_placed_on_one_of_two_nodes() -> tuple[TrainingTask, Node, Node]:
+    """Two 4-device nodes and a 4-worker task the planner placed on one of them: (the task, its node, the
+    other node)."""
+    from django.db import transaction
+
+    from controlplane.apps.planning.replan import replan
+    from controlplane.apps.training.models import Allocation
+
+    a, b = NodeFactory(devices=4), NodeFactory(devices=4)
+    task = TaskFactory(min_workers=4, max_workers=4)
+    with transaction.atomic():
+        replan("task_submitted")
+    (here,) = {al.device.node_id for al in Allocation.objects.filter(task=task, active=True)}
+    task.refresh_from_db()
+    return task, (a if here == a.pk else b), (b if here == a.pk else a)

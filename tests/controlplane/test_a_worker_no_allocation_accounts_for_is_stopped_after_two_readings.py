@@ -5,26 +5,18 @@ a transition that is being delivered lists old-epoch workers for a moment."""
 
 from __future__ import annotations
 
-from django.db import transaction
-
 from controlplane.apps.fleet.liveness import reconcile_workers
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.fleet.outbox import command_message
-from controlplane.apps.planning.replan import replan
 from controlplane.apps.training.models import Allocation, TrainingTask
 from controlplane.core.protocol import StopWorkersCommand, WorkerStatus
-from tests.controlplane.factories import NodeFactory, TaskFactory
+from tests.controlplane.factories import task_placed_on_one_of_two_nodes
 
 
 def _placed() -> tuple[TrainingTask, Node, Node]:
-    a, b = NodeFactory(devices=4), NodeFactory(devices=4)
-    task = TaskFactory(min_workers=4, max_workers=4)
-    with transaction.atomic():
-        replan("task_submitted")
-    (here,) = {al.device.node_id for al in Allocation.objects.filter(task=task, active=True)}
-    task.refresh_from_db()
+    task, here, elsewhere = task_placed_on_one_of_two_nodes()
     assert task.state == "running"
-    return task, (a if here == a.pk else b), (b if here == a.pk else a)
+    return task, here, elsewhere
 
 
 def _as_listed(task: TrainingTask, node: Node) -> list[WorkerStatus]:

@@ -9,10 +9,9 @@ from django.db import transaction
 from controlplane.apps.fleet.liveness import apply_hello, revive_node
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.fleet.outbox import command_message
-from controlplane.apps.planning.replan import replan
-from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.apps.training.models import TrainingTask
 from controlplane.core.protocol import DeviceInfo, Hello, WorkerStatus
-from tests.controlplane.factories import NodeFactory, TaskFactory
+from tests.controlplane.factories import task_placed_on_one_of_two_nodes
 
 GB = 1024**3
 
@@ -33,18 +32,8 @@ def _hello(task: TrainingTask, epoch: int) -> Hello:
     )
 
 
-def _placed() -> tuple[TrainingTask, Node, Node]:
-    a, b = NodeFactory(devices=4), NodeFactory(devices=4)
-    task = TaskFactory(min_workers=4, max_workers=4)
-    with transaction.atomic():
-        replan("task_submitted")
-    (here,) = {al.device.node_id for al in Allocation.objects.filter(task=task, active=True)}
-    task.refresh_from_db()
-    return task, (a if here == a.pk else b), (b if here == a.pk else a)
-
-
 def test_workers_of_a_task_that_moved_away_are_stopped(db: None) -> None:
-    task, _, elsewhere = _placed()
+    task, _, elsewhere = task_placed_on_one_of_two_nodes()
     with transaction.atomic():
         apply_hello(elsewhere.pk, _hello(task, task.epoch - 1 if task.epoch > 1 else task.epoch))
         apply_hello(elsewhere.pk, _hello(task, task.epoch))  # a second hello adds no second stop
@@ -54,14 +43,14 @@ def test_workers_of_a_task_that_moved_away_are_stopped(db: None) -> None:
 
 
 def test_workers_of_a_task_allocated_on_the_node_are_left_alone(db: None) -> None:
-    task, here, _ = _placed()
+    task, here, _ = task_placed_on_one_of_two_nodes()
     with transaction.atomic():
         apply_hello(here.pk, _hello(task, task.epoch))
     assert not AgentCommand.objects.filter(node=here, type="stop_workers").exists()
 
 
 def test_workers_of_a_finished_task_are_stopped(db: None) -> None:
-    task, here, _ = _placed()
+    task, here, _ = task_placed_on_one_of_two_nodes()
     TrainingTask.objects.filter(pk=task.pk).update(state="cancelled")
     with transaction.atomic():
         apply_hello(here.pk, _hello(task, task.epoch))
@@ -72,7 +61,7 @@ def test_workers_of_a_finished_task_are_stopped(db: None) -> None:
 def test_a_frozen_node_back_by_heartbeat_is_told_to_stop_the_workers_of_a_task_that_moved(db: None) -> None:
     """A node frozen (SIGSTOP, a hung kernel) keeps its socket: it comes back by heartbeat, not by hello,
     and its heartbeat lists the workers that froze with it."""
-    task, _, elsewhere = _placed()
+    task, _, elsewhere = task_placed_on_one_of_two_nodes()
     Node.objects.filter(pk=elsewhere.pk).update(state="suspect")
     heartbeat_workers = _hello(task, task.epoch).workers
     with transaction.atomic():

@@ -112,22 +112,33 @@ def _stop_stray_workers(node: Node, workers: list[WorkerStatus]) -> None:
             and task.allocations.filter(active=True, device__node=node).exists()
         ):
             continue
-        if AgentCommand.objects.filter(
-            node=node,
-            task=task,
-            type=CommandType.STOP_WORKERS,
-            state__in=[CommandState.PENDING, CommandState.SENT],
-        ).exists():
+        if _stopping(node.pk, task.pk):
             continue
         log.warning("node %s still runs task %s, which no longer runs there: stopping it", node.name, task.pk)
-        ended = task.state in TERMINAL_TASK_STATES  # its snapshots on the node go too
-        do_enqueue_command(
-            node,
-            CommandType.STOP_WORKERS,
-            {"task": task.pk, "grace_s": 5.0, "task_ended": ended},
-            task.pk,
-            task.epoch,
-        )
+        _stop_workers(node, task)
+
+
+def _stopping(node_id: int, task_id: int) -> bool:
+    """A stop of the task's workers on the node is already on its way (pending or sent)."""
+    return AgentCommand.objects.filter(
+        node_id=node_id,
+        task_id=task_id,
+        type=CommandType.STOP_WORKERS,
+        state__in=[CommandState.PENDING, CommandState.SENT],
+    ).exists()
+
+
+def _stop_workers(node: Node, task: TrainingTask, ranks: list[int] | None = None) -> None:
+    """Tell the node to stop the task's workers (``ranks``; None: all); an ended task's snapshots on the
+    node go too."""
+    payload: dict[str, object] = {
+        "task": task.pk,
+        "grace_s": 5.0,
+        "task_ended": task.state in TERMINAL_TASK_STATES,
+    }
+    if ranks is not None:
+        payload["ranks"] = ranks
+    do_enqueue_command(node, CommandType.STOP_WORKERS, payload, task.pk, task.epoch)
 
 
 StrayWorker = tuple[str, int, int, int | None]
@@ -165,22 +176,13 @@ def reconcile_workers(
         stale = task.state == TaskState.RUNNING and (task.pk, w.epoch, w.rank, w.device) not in held
         if gone or stale:
             strays.setdefault(task.pk, []).append(w)
-    found = {(w.task_id, w.epoch, w.rank, w.pid) for ws in strays.values() for w in ws}
+    found = {_stray_key(w) for ws in strays.values() for w in ws}
     for pk, ws in sorted(strays.items()):
-        confirmed = [w for w in ws if (w.task_id, w.epoch, w.rank, w.pid) in suspected]
-        if (
-            not confirmed
-            or AgentCommand.objects.filter(
-                node_id=node_id,
-                task_id=pk,
-                type=CommandType.STOP_WORKERS,
-                state__in=[CommandState.PENDING, CommandState.SENT],
-            ).exists()
-        ):
+        confirmed = [w for w in ws if _stray_key(w) in suspected]
+        if not confirmed or _stopping(node_id, pk):
             continue
         task = tasks[pk]
-        ended = task.state in TERMINAL_TASK_STATES
-        whole = ended or pk not in tasks_here
+        whole = task.state in TERMINAL_TASK_STATES or pk not in tasks_here
         ranks = None if whole else sorted({w.rank for w in confirmed})
         log.warning(
             "node %s runs %s of task %s that no allocation accounts for (task %s, epoch %s): stopping",
@@ -190,11 +192,12 @@ def reconcile_workers(
             task.state,
             task.epoch,
         )
-        payload: dict[str, object] = {"task": pk, "grace_s": 5.0, "task_ended": ended}
-        if ranks is not None:
-            payload["ranks"] = ranks
-        do_enqueue_command(node, CommandType.STOP_WORKERS, payload, pk, task.epoch)
+        _stop_workers(node, task, ranks)
     return frozenset(found)
+
+
+def _stray_key(w: WorkerStatus) -> StrayWorker:
+    return (w.task_id, w.epoch, w.rank, w.pid)
 
 
 def _bring_back(node: Node, reason: str, warming: bool = False) -> Node:
