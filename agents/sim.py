@@ -248,12 +248,15 @@ class SimWorker:
         tokens = m.global_batch * m.seq_len // launch.world_size
         mbs = max(m.global_batch // (launch.parallel.dp * m.micro_batch), 1)
         it = self.next_it
+        # the epoch this loop runs in: an order may re-key ``self.w`` while an iteration is in flight, and
+        # that iteration's events belong to the epoch it started in (the real hook tags them the same way)
+        ep = self.w.spec.epoch
         while it < launch.iterations:
             if self.orders:
                 return 0, self.orders.pop(0)
             phase = "first" if it in (0, epoch_start) else "train"
             start = time.time()
-            self._ev(IterationStart(it=it, t=start, phase=phase))
+            self._ev(IterationStart(it=it, t=start, phase=phase, ep=ep))
             for fault in [f for f in self.pending if f.at_iteration is None or f.at_iteration <= it]:
                 self.pending.remove(fault)
                 kind = fault.kind
@@ -292,6 +295,7 @@ class SimWorker:
                     compute=compute,
                     mbs=mbs,
                     phase=phase,
+                    ep=ep,
                     tokens=tokens,
                     flops=per_rank_flops,
                     loss=None,
@@ -304,7 +308,7 @@ class SimWorker:
                 self._ev(
                     CheckpointDone(
                         t=end,
-                        ep=self.w.spec.epoch,
+                        ep=ep,
                         it=it,
                         path=str(checkpoint_dir(root, it)),
                         size_bytes=state_bytes(self.w),
@@ -316,7 +320,7 @@ class SimWorker:
                 self._ev(
                     TransitionDone(
                         t=end,
-                        ep=self.w.spec.epoch,
+                        ep=ep,
                         report=TransitionReport.model_validate(
                             {**report, "phases_s": phases, "iteration": it}
                         ),

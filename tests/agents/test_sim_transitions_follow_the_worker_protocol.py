@@ -5,6 +5,8 @@ worker waiting for a retry in place instead of exiting."""
 
 from __future__ import annotations
 
+import asyncio
+
 from agents.agent import Agent
 from agents.testing import TaskDriver, TestCoordinator
 from controlplane.core.protocol import (
@@ -81,10 +83,13 @@ async def test_a_rank_that_has_not_reached_its_epochs_loop_is_not_kept_as_a_surv
     coordinator: TestCoordinator, sim_agent: Agent
 ) -> None:
     """A rank moved to epoch 2 that has not finished an iteration there (it may sit in a rendezvous whose
-    peers are gone) is started afresh by the next reconfiguration, not kept in place."""
+    peers are gone) is started afresh by the next reconfiguration, not kept in place. The epoch-1
+    iteration still in flight when the order arrives ends after it and must not count as epoch 2's."""
     d = TaskDriver(coordinator)
-    await d.start("sim-a", 1, launch(dp=2, model=MODEL, iterations=10**6))
-    await d.wait_iteration(3)
+    # epoch 1's iterations take ~0.6 s, so the order below lands in the middle of one
+    first = launch(dp=2, model=MODEL.model_copy(update={"layers": 128}), iterations=10**6)
+    await d.start("sim-a", 1, first)
+    await d.wait_iteration(1)
     same = launch(dp=2, model=MODEL, iterations=10**6)
     # epoch 2's first iteration takes minutes (a model a thousand times larger), so however slowly the
     # next command arrives its ranks have not finished an iteration there
@@ -93,6 +98,7 @@ async def test_a_rank_that_has_not_reached_its_epochs_loop_is_not_kept_as_a_surv
         "sim-a", 2, slow, previous_epoch=1, previous_parallel=ParallelConfig(dp=2), survivors={0: 0, 1: 1}
     )
     assert "in place [0, 1], fresh []" in ack.detail
+    await asyncio.sleep(1.0)  # the epoch-1 iteration in flight has ended by now
     ack = await d.reconfigure(
         "sim-a", 3, same, previous_epoch=2, previous_parallel=ParallelConfig(dp=2), survivors={0: 0, 1: 1}
     )
