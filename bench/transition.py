@@ -75,7 +75,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -90,6 +90,7 @@ from controlplane.core.protocol import (  # noqa: E402
     Rendezvous,
     StateSource,
     StopWorkersCommand,
+    TransitionPhase,
     TransitionReport,
     WorkerLaunch,
 )
@@ -126,6 +127,12 @@ CASES = ("restart", "shrink", "grow")
 NODE_A, NODE_B = "tr-a", "tr-b"
 TASK = "gpt"
 TARGET = 0.20
+ITERATIONS = 100_000
+"""Far more than a round trains (a few hundred): the task never ends. Not more: the recipe's data
+indices are built for this many iterations (10**7 made a gigabyte of index files per task, seconds to
+build on each new task's first start, which the baseline's new jobs paid inside their measurements)."""
+PHASES = get_args(TransitionPhase)
+"""The phases a rank reports, in order (a fresh rank's process start first)."""
 
 
 def free_port() -> int:
@@ -143,7 +150,7 @@ def make_launch(
         world_size=dp,
         ranks=[RankAssignment(rank=r, device=0) for r in ranks],
         rendezvous=Rendezvous(master_addr="127.0.0.1", master_port=port, timeout_s=60),
-        iterations=10**7,
+        iterations=ITERATIONS,
         collective_timeout_s=60,
         state_sources=sources or [],
         **{**LAUNCH_DATA, **kw},
@@ -165,6 +172,10 @@ class Measure:
     recomputed_micro_batches: int
     rolled_back_iterations: int
     phases_s: dict[str, float] = field(default_factory=dict)
+    """Per phase, the longest any rank spent in it."""
+    rank_phases_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Each rank's own phases, by its role (``in place`` or ``fresh``) and order of report (a fresh
+    rank's ``start`` is its process's; a wait for a slower peer shows in the phase where it waits)."""
     sources: list[str] = field(default_factory=list)
     t_hello: float | None = None
     """grow (ours): arrival of the returning agent's Hello (``t_detect`` is then its *ready*)."""
@@ -280,6 +291,12 @@ class Ours:
             recomputed_micro_batches=sum(rep.recomputed_micro_batches for _, rep in reps),
             rolled_back_iterations=max(rep.rolled_back_iterations for _, rep in reps),
             phases_s=phases,
+            rank_phases_s={
+                f"{'in place' if rep.in_place else 'fresh'} {n}": {
+                    k: round(v, 4) for k, v in rep.phases_s.items()
+                }
+                for n, (_, rep) in enumerate(reps)
+            },
             sources=sorted({rep.source for _, rep in reps}),
         )
 
@@ -579,20 +596,13 @@ def write_report(
             f"| {grow['ours_iterations_while_warming']['median']:.0f} |",
         ]
     lines += ["", "Ours, time per phase (median over repeats of the slowest rank, s):", ""]
-    lines.append(
-        "| case | sources | "
-        + " | ".join(("teardown", "rendezvous", "migrate", "recompute", "first_iteration"))
-        + " |"
-    )
-    lines.append("|---|---|---:|---:|---:|---:|---:|")
+    lines.append("| case | sources | " + " | ".join(PHASES) + " |")
+    lines.append("|---|---|" + "---:|" * len(PHASES))
     for case, s in summary.items():
         ph = s["ours_phases_s_median"]
         lines.append(
             f"| {case} | {', '.join(s['ours_sources'])} | "
-            + " | ".join(
-                f"{ph.get(k, 0.0):.2f}"
-                for k in ("teardown", "rendezvous", "migrate", "recompute", "first_iteration")
-            )
+            + " | ".join(f"{ph.get(k, 0.0):.2f}" for k in PHASES)
             + " |"
         )
     lines += [
@@ -657,6 +667,8 @@ async def ours_round(args: argparse.Namespace, run_dir: Path) -> list[Measure]:
             f"{ ({k: round(v, 2) for k, v in m.phases_s.items()}) }",
             flush=True,
         )
+        for n, ph in m.rank_phases_s.items():
+            print(f"           {n}: { ({k: round(v, 2) for k, v in ph.items()}) }", flush=True)
     return got
 
 

@@ -55,6 +55,11 @@ PRELOAD = (
     "megatron.core.pipeline_parallel",
     "megatron.core.dist_checkpointing",
     "agents.training.worker",
+    "agents.training.trainer",
+    "agents.training.provider",
+    "agents.training.dataset",
+    "megatron.core.datasets.gpt_dataset",
+    "megatron.core.datasets.blended_megatron_dataset_builder",
     "agents.training.elastic",
     "agents.training.faults",
     "agents.training.data",
@@ -66,6 +71,8 @@ installs nothing: only its ``install``/``cpu_mode`` change torch, and the worker
 
 
 def preload() -> None:
+    """Import what a worker needs, then take it out of the garbage collector's sight
+    (:func:`agents.training.worker.freeze_imports`; forked spares inherit that)."""
     import importlib
 
     import torch
@@ -73,6 +80,9 @@ def preload() -> None:
     torch.set_num_threads(1)
     for name in PRELOAD:
         importlib.import_module(name)
+    from agents.training.worker import freeze_imports
+
+    freeze_imports()
 
 
 def rss_kb(pid: int | None = None) -> int:
@@ -147,11 +157,12 @@ def serve(path: str, ready_s: float, origin: Literal["exec", "zygote"] = "exec")
         flush=True,
     )
     assign, rest = wait_assignment(sock)
+    assigned_at = time.time()
     print(f"[spare] pid {os.getpid()} assigned, log {assign.log}", flush=True)
     become_worker(assign)
     from agents.training.worker import ENV_WORKER, run_assignment
 
-    run_assignment(env_str(ENV_WORKER, "") or "", sock=sock, buffered=rest)
+    run_assignment(env_str(ENV_WORKER, "") or "", sock=sock, buffered=rest, assigned_at=assigned_at)
 
 
 if __name__ == "__main__":

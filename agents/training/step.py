@@ -53,6 +53,52 @@ class StepResult:
     """The gradients' global norm before clipping (None when the optimizer did not say)."""
 
 
+def sampler_key(assign: WorkerAssignment) -> str:
+    """What a rank's data source depends on: equal keys, the same samples by the same global indices,
+    whatever the layout (a survivor keeps its open data across epochs)."""
+    launch = assign.launch
+    spec = launch.model
+    data = launch.data.model_dump_json() if launch.data is not None else None
+    evaluation = launch.eval.model_dump_json() if launch.eval is not None else None
+    return repr(
+        (
+            assign.task_id,
+            data,
+            evaluation,
+            launch.seed,
+            launch.iterations,
+            spec.vocab,
+            spec.seq_len,
+            spec.micro_batch,
+            spec.global_batch,
+        )
+    )
+
+
+def make_sampler(assign: WorkerAssignment) -> SyntheticSampler | RecipeSampler:
+    """The task's data source: the recipe's datasets by global sample index, else synthetic tokens."""
+    from agents.training.data import SyntheticSampler
+    from agents.training.dataset import RecipeSampler
+
+    launch = assign.launch
+    spec = launch.model
+    if launch.data is None:
+        return SyntheticSampler(launch.seed, spec.vocab, spec.seq_len, spec.micro_batch, spec.global_batch)
+    evaluations = launch.iterations // launch.eval.interval + 1 if launch.eval is not None else 0
+    # the recipe's data, by global sample index (agents/training/dataset.py)
+    return RecipeSampler(
+        launch.data,
+        seq_length=spec.seq_len,
+        seed=launch.seed,
+        micro_batch=spec.micro_batch,
+        global_batch=spec.global_batch,
+        iterations=launch.iterations,
+        vocab_size=spec.vocab,
+        cache_dir=Path(tempfile.gettempdir()) / "unicron-data" / f"task-{assign.task_id}",
+        validation_iterations=evaluations * launch.eval.iterations if launch.eval is not None else 0,
+    )
+
+
 class TrainingStep:
     """One epoch's step function: fixed data-parallel share, shapes and per-rank progress figures."""
 
@@ -65,41 +111,23 @@ class TrainingStep:
         device: torch.device,
         keep_partial_sums: bool,
         loss_sink: Callable[[int, int, float], None] | None = None,
+        sampler: SyntheticSampler | RecipeSampler | None = None,
     ) -> None:
         """``keep_partial_sums``: copy the local gradient sums before the all-reduce and put them
         back when it fails (elastic mode: gloo reduces in place, a peer dying mid-ring leaves partial
         sums in the buffer) — one gradient-sized copy per iteration. ``loss_sink``: called with
         (iteration, global micro-batch index, mean loss per token) as each micro-batch's loss is
-        computed (a benchmark knob; None in production)."""
+        computed (a benchmark knob; None in production). ``sampler``: the task's data, when the rank
+        has it open already (:func:`sampler_key` says when it can be kept); None: opened here."""
         from megatron.core import parallel_state
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        from agents.training.data import SyntheticSampler
-        from agents.training.dataset import RecipeSampler
-
         launch = assign.launch
         spec = launch.model
-        evaluations = launch.iterations // launch.eval.interval + 1 if launch.eval is not None else 0
         self.assign, self.state, self.hook, self.faults, self.device = assign, state, hook, faults, device
         self.keep_partial_sums = keep_partial_sums and launch.parallel.pp == 1
         self.loss_sink = loss_sink
-        self.sampler: SyntheticSampler | RecipeSampler
-        if launch.data is None:
-            self.sampler = SyntheticSampler(
-                launch.seed, spec.vocab, spec.seq_len, spec.micro_batch, spec.global_batch
-            )
-        else:  # the recipe's data, by global sample index (agents/training/dataset.py)
-            self.sampler = RecipeSampler(
-                launch.data,
-                seq_length=spec.seq_len,
-                seed=launch.seed,
-                micro_batch=spec.micro_batch,
-                global_batch=spec.global_batch,
-                iterations=launch.iterations,
-                vocab_size=spec.vocab,
-                cache_dir=Path(tempfile.gettempdir()) / "unicron-data" / f"task-{assign.task_id}",
-                validation_iterations=evaluations * launch.eval.iterations if launch.eval is not None else 0,
-            )
+        self.sampler = sampler if sampler is not None else make_sampler(assign)
         dp_rank = parallel_state.get_data_parallel_rank()
         dp = parallel_state.get_data_parallel_world_size()
         self.own: tuple[int, ...] = split_micro_batches(self.sampler.num_micro_batches, dp)[dp_rank]

@@ -51,7 +51,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.training.assignment import ENV_ELASTIC_WAIT, WorkerAssignment
 from agents.training.bench_knobs import BenchKnobs
@@ -62,8 +62,12 @@ from agents.training.hook import TrainingHook
 from agents.training.hook_protocol import TransitionOrder
 from agents.training.migration import TransitionDraft, load_stored, migrate
 from agents.training.rank_model import RankModel, init_groups
-from agents.training.step import TrainingStep
+from agents.training.step import TrainingStep, make_sampler, sampler_key
 from controlplane.core.env import env_float
+
+if TYPE_CHECKING:
+    from agents.training.data import SyntheticSampler
+    from agents.training.dataset import RecipeSampler
 
 NETWORK_MARKERS = (
     "Connection reset",
@@ -92,7 +96,11 @@ class _OrderReceived(Exception):
 class Trainer:
     """One rank across its epochs: the model state, the current epoch's position and its report."""
 
-    def __init__(self, assign: WorkerAssignment, hook: TrainingHook, on_gpu: bool) -> None:
+    def __init__(
+        self, assign: WorkerAssignment, hook: TrainingHook, on_gpu: bool, assigned_at: float | None = None
+    ) -> None:
+        """``assigned_at``: when this process got its assignment (wall clock), for the ``start`` phase
+        of a fresh rank's transition report; None: not reported."""
         import torch
 
         self.assign = assign
@@ -110,6 +118,10 @@ class Trainer:
         self.pending_report: TransitionDraft | None = None
         self.recompute_s = 0.0
         self.snap: Any = None  # agents.training.snapshot.SnapshotWriter of the current epoch
+        self.assigned_at = assigned_at
+        self.data: tuple[str, SyntheticSampler | RecipeSampler] | None = None
+        """The task's open data source and its :func:`~agents.training.step.sampler_key`, kept across
+        epochs while the key holds."""
 
     # ------------------------------------------------------------------ epochs
     def run(self) -> None:
@@ -169,10 +181,18 @@ class Trainer:
         from agents.training.snapshot import SnapshotWriter
 
         t0 = time.perf_counter()
+        started: dict[str, float] = {}
+        if not survivor and self.assigned_at is not None:
+            started["start"] = max(time.time() - self.assigned_at, 0.0)
         old = self.assign
         if survivor:
             self.state.teardown(collect=self.knobs.teardown_gc)
         t1 = time.perf_counter()
+        # The data is opened while this process has no process group: opening it is then no collective
+        # (megatron-core's dataset builder synchronises the ranks when one exists, and a survivor that
+        # keeps its open data would not take part), and each node builds its own index cache.
+        self._open_data(assign)
+        t_data = time.perf_counter()
         self.assign = assign
         self.hook.epoch = assign.epoch  # hook
         if not self.on_gpu:
@@ -189,6 +209,7 @@ class Trainer:
         self.snap = SnapshotWriter.from_env(assign.task_id, assign.epoch, assign.rank, assign.launch)
         self.resume_extra = None
         self.pending_report = None
+        t3 = time.perf_counter()
         if assign.transition is None and not survivor:
             self.next_it = load_stored(self.state, assign, "checkpoint", self.hook)[0]
             self.epoch_start = self.next_it
@@ -201,7 +222,13 @@ class Trainer:
             self.next_it,
             kept_layout,
             self.hook,
-            {"teardown": t1 - t0, "rendezvous": t2 - t1},
+            {
+                **started,
+                "teardown": t1 - t0,
+                "data": t_data - t1,
+                "rendezvous": t2 - t_data,
+                "build": t3 - t2,
+            },
         )
         self.knobs.dump_migrated(self.state.model, self.state.optimizer, assign.epoch, assign.rank)
         self.next_it = self.epoch_start = start.next_iteration
@@ -212,6 +239,7 @@ class Trainer:
     def _train_epoch(self) -> None:
         assign, hook, state = self.assign, self.hook, self.state
         launch = assign.launch
+        assert self.data is not None  # opened on entering the epoch
         step = TrainingStep(
             assign,
             state,
@@ -223,6 +251,7 @@ class Trainer:
                 assign.epoch,
                 (launch.parallel.tp, launch.parallel.pp, launch.parallel.dp, launch.model.micro_batch),
             ),
+            sampler=self.data[1],
         )
         ckpt_root = Path(launch.checkpoint_dir) if launch.checkpoint_dir else None
 
@@ -273,6 +302,13 @@ class Trainer:
             ):
                 save_checkpoint(state, ckpt_root, it, assign.rank, hook, keep=launch.checkpoint_keep)
             it = self.next_it
+
+    def _open_data(self, assign: WorkerAssignment) -> None:
+        """Open the epoch's data source, unless this rank has it open already (same samples)."""
+        key = sampler_key(assign)
+        if self.data is None or self.data[0] != key:
+            self.data = None  # the old one's memory maps go before the new ones open
+            self.data = (key, make_sampler(assign))
 
     def _send_report(self, it: int, first_s: float) -> None:
         if self.pending_report is not None:

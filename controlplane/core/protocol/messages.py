@@ -396,15 +396,20 @@ class StragglerVerdict(_Model):
     stack: Stack = ""
 
 
-TransitionPhase = Literal["teardown", "rendezvous", "migrate", "recompute", "first_iteration"]
+TransitionPhase = Literal[
+    "start", "teardown", "data", "rendezvous", "build", "migrate", "recompute", "first_iteration"
+]
 
 
 class TransitionReport(_Model):
     """A rank finished moving into a new epoch (docs/ARCHITECTURE.md §7.6): how, from where, and what it cost.
 
     Sent once per rank after its first completed iteration in the new epoch. ``phases_s`` holds the
-    time spent per phase (teardown of the old groups, rendezvous of the new ones, state migration,
-    recomputation of the interrupted iteration's unfinished micro-batches, the first iteration).
+    time spent per phase, in order: a fresh process's start (from its assignment to its first step:
+    a warm spare's is short, a cold process pays its imports), teardown of the old groups, opening
+    the task's data (a survivor keeps it open), rendezvous of the new groups, building the model and
+    optimizer for the new layout, state migration, recomputation of the interrupted iteration's
+    unfinished micro-batches, the first iteration.
     """
 
     kind: Literal["transition"] = "transition"
