@@ -9,7 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from controlplane.apps.training.models import TrainingTask
-from controlplane.live import agent_link
+from controlplane.live import link_liveness
 from tests.controlplane.factories import TaskFactory
 from tests.e2e.conftest import Connect, Registered
 
@@ -33,7 +33,7 @@ def heartbeat(task: TrainingTask) -> dict[str, object]:
 async def test_workers_listed_twice_without_an_allocation_get_a_stop_command(
     registered: Registered, connect: Connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agent_link, "WORKERS_RECONCILED_EVERY_S", 0.0)
+    monkeypatch.setattr(link_liveness, "WORKERS_RECONCILED_EVERY_S", 0.0)
     task = await running_task_placed_nowhere()
     agent = await connect(registered.token, registered.name)
     await agent.hello()
@@ -53,7 +53,7 @@ async def test_workers_listed_twice_without_an_allocation_get_a_stop_command(
 async def test_a_link_that_lists_no_workers_reconciles_nothing(
     registered: Registered, connect: Connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agent_link, "WORKERS_RECONCILED_EVERY_S", 0.0)
+    monkeypatch.setattr(link_liveness, "WORKERS_RECONCILED_EVERY_S", 0.0)
     agent = await connect(registered.token, registered.name)
     await agent.hello()
     await agent.settle()

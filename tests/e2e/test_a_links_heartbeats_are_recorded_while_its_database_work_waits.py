@@ -24,14 +24,14 @@ async def test_heartbeats_reach_redis_while_the_links_database_work_is_held(
 ) -> None:
     release = threading.Event()
     applied = threading.Event()
-    pending_commands = agent_link.pending_commands
+    read_outbox = agent_link.read_outbox
 
-    def held_pending_commands(node_id: int) -> object:
+    def held_read_outbox(node_id: int) -> object:
         applied.set()  # the hello is applied: the node is healthy and watched from here on
         release.wait(HELD_S)  # on the database thread: everything behind it waits too
-        return pending_commands(node_id)
+        return read_outbox(node_id)
 
-    monkeypatch.setattr(agent_link, "pending_commands", held_pending_commands)
+    monkeypatch.setattr(agent_link, "read_outbox", held_read_outbox)
     agent = await connect(registered.token, registered.name)
     await agent.hello()
     while not applied.is_set():
@@ -65,12 +65,12 @@ async def test_heartbeats_do_not_pile_up_behind_the_links_held_database_work(
     (a cold start of thousands of nodes) would otherwise queue every heartbeat it reads meanwhile."""
     release = threading.Event()
     applied = threading.Event()
-    pending_commands = agent_link.pending_commands
+    read_outbox = agent_link.read_outbox
 
-    def held_pending_commands(node_id: int) -> object:
+    def held_read_outbox(node_id: int) -> object:
         applied.set()
         release.wait(HELD_S)
-        return pending_commands(node_id)
+        return read_outbox(node_id)
 
     handled: list[int] = []
     on_heartbeat = agent_link.AgentLinkConsumer._on_heartbeat
@@ -79,7 +79,7 @@ async def test_heartbeats_do_not_pile_up_behind_the_links_held_database_work(
         handled.append(1)
         await on_heartbeat(self, envelope)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(agent_link, "pending_commands", held_pending_commands)
+    monkeypatch.setattr(agent_link, "read_outbox", held_read_outbox)
     monkeypatch.setattr(agent_link.AgentLinkConsumer, "_on_heartbeat", counted)
     agent = await connect(registered.token, registered.name)
     await agent.hello()

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from dataclasses import dataclass
 
 from django.db import transaction
 
 from controlplane.apps.common.errors import StaleState
+from controlplane.apps.fleet.authority import list_snapshot_keys
 from controlplane.apps.fleet.choices import CommandState
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.fleet.selectors import list_pending_commands
@@ -45,6 +47,32 @@ def record_ack(node_id: int, ack: Ack) -> tuple[str | None, AgentCommand | None]
 
 def pending_commands(node_id: int) -> list[AgentCommand]:
     return list(list_pending_commands(Node(pk=node_id)).select_related("task"))  # its snapshot key
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """What a node's link has to send, read in one go: the snapshot keys of the tasks whose replicas
+    the node keeps (``task id → secret``), and its pending commands in order."""
+
+    snapshot_keys: dict[str, str]
+    commands: list[AgentCommand]
+
+
+def read_outbox(node_id: int) -> Outbox:
+    node = Node.objects.filter(pk=node_id).first()
+    if node is None:
+        return Outbox({}, [])
+    return Outbox(list_snapshot_keys(node), pending_commands(node_id))
+
+
+def settle_sends(sent: list[AgentCommand], undeliverable: list[tuple[AgentCommand, str]]) -> None:
+    """After a batch of sends: the rows that went out are marked sent, those that could not be built
+    fail. A row sent but not yet marked when the link broke is still pending and is sent again after
+    the reconnect (the agent drops a command it has already seen)."""
+    for command in sent:
+        mark_sent(command)
+    for command, error in undeliverable:
+        fail_undeliverable(command, error)
 
 
 def mark_sent(command: AgentCommand) -> None:
