@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from django.db import connection
 from django.db.models import Count, Q
 
-from controlplane.apps.fleet.choices import CommandType
+from controlplane.apps.fleet.choices import CommandType, NodeState
 from controlplane.apps.fleet.models import AgentCommand, Node
 from controlplane.apps.fleet.services import do_enqueue_command, do_register_node
 from controlplane.apps.incidents.models import FailureEvent
@@ -70,6 +70,28 @@ def seed_beat_schedule() -> None:
 
     for name in SCHEDULE_MIGRATIONS:
         importlib.import_module(name).schedule(apps, None)
+
+
+def wait_until_database_idle(timeout_s: float = 10.0) -> None:
+    """Wait until no other session works in the test database: the ASGI server outlives the test and
+    handles the killed agents' closing links (each marks its node suspect) while the test database is
+    flushed, and a flush racing those transactions ended in a PostgreSQL deadlock."""
+    from django.db import connection
+
+    deadline = time.monotonic() + timeout_s
+    # the links notice the killed agents first: each closing link makes its healthy node suspect
+    while Node.objects.filter(state=NodeState.HEALTHY).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state NOT IN ('idle')"
+            )
+            row = cursor.fetchone()
+            if row is None or row[0] == 0:
+                return
+            time.sleep(0.05)
 
 
 @dataclass
@@ -222,6 +244,7 @@ class Loop:
         for name in list(self.agents):
             self.kill_agent(name)
         self.kill_worker()
+        wait_until_database_idle()
 
     # ------------------------------------------------------------------ driving
     def submit(self, name: str = "t", spec: dict[str, int] | None = None, **kw: Any) -> TrainingTask:
