@@ -302,6 +302,9 @@ async def spawn_agent(
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     env.update(extra_env or {})  # workers inherit the agent's environment
     run_dir.mkdir(parents=True, exist_ok=True)
+    token_file = run_dir / "token"  # not on the command line, where any local user's ps shows it
+    token_file.touch(mode=0o600)
+    token_file.write_text(token)
     log = open(run_dir / "agent.log", "ab")  # noqa: SIM115 - owned by the child
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -309,8 +312,8 @@ async def spawn_agent(
         "agents",
         "--coordinator",
         url,
-        "--token",
-        token,
+        "--token-file",
+        str(token_file),
         "--devices",
         str(devices),
         "--worker",
