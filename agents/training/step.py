@@ -110,15 +110,16 @@ class TrainingStep:
         faults: WorkerFaults,
         device: torch.device,
         keep_partial_sums: bool,
+        sampler: SyntheticSampler | RecipeSampler,
         loss_sink: Callable[[int, int, float], None] | None = None,
-        sampler: SyntheticSampler | RecipeSampler | None = None,
     ) -> None:
         """``keep_partial_sums``: copy the local gradient sums before the all-reduce and put them
         back when it fails (elastic mode: gloo reduces in place, a peer dying mid-ring leaves partial
         sums in the buffer) — one gradient-sized copy per iteration. ``loss_sink``: called with
         (iteration, global micro-batch index, mean loss per token) as each micro-batch's loss is
-        computed (a benchmark knob; None in production). ``sampler``: the task's data, when the rank
-        has it open already (:func:`sampler_key` says when it can be kept); None: opened here."""
+        computed (a benchmark knob; None in production). ``sampler``: the task's data, opened by
+        :func:`make_sampler` before the epoch's process groups existed (opening it with a group is a
+        collective in megatron-core, and a rank that kept its data open would not take part)."""
         from megatron.core import parallel_state
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -127,7 +128,7 @@ class TrainingStep:
         self.assign, self.state, self.hook, self.faults, self.device = assign, state, hook, faults, device
         self.keep_partial_sums = keep_partial_sums and launch.parallel.pp == 1
         self.loss_sink = loss_sink
-        self.sampler = sampler if sampler is not None else make_sampler(assign)
+        self.sampler = sampler
         dp_rank = parallel_state.get_data_parallel_rank()
         dp = parallel_state.get_data_parallel_world_size()
         self.own: tuple[int, ...] = split_micro_batches(self.sampler.num_micro_batches, dp)[dp_rank]

@@ -247,11 +247,11 @@ class Trainer:
             self.faults,
             self.device,
             keep_partial_sums=self.elastic_wait_s > 0,
+            sampler=self.data[1],
             loss_sink=self.knobs.loss_sink(
                 assign.epoch,
                 (launch.parallel.tp, launch.parallel.pp, launch.parallel.dp, launch.model.micro_batch),
             ),
-            sampler=self.data[1],
         )
         ckpt_root = Path(launch.checkpoint_dir) if launch.checkpoint_dir else None
 
