@@ -91,7 +91,8 @@ class EmulatedNode:
 
 @dataclass
 class Fleet:
-    url: str
+    urls: list[str]
+    """The agent-link address of each ASGI server: node i connects to ``urls[i % len(urls)]``."""
     nodes: list[EmulatedNode]
     lag: list[float] = field(default_factory=list)
     sent: int = 0
@@ -106,7 +107,7 @@ class Fleet:
         )
         return encode(envelope)
 
-    async def run_node(self, node: EmulatedNode, phase: float) -> None:
+    async def run_node(self, node: EmulatedNode, phase: float, url: str) -> None:
         from websockets.asyncio.client import connect
 
         from controlplane.core.protocol import (
@@ -130,7 +131,7 @@ class Fleet:
         while not self.stop.is_set():
             try:
                 async with connect(
-                    self.url,
+                    url,
                     additional_headers={"Authorization": f"Bearer {node.token}"},
                     open_timeout=30,
                     ping_interval=None,
@@ -338,9 +339,9 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
     }
     system = System(run_dir, settings=settings, say=say)
     system.start_stores(database_url, redis_url)
-    result: dict[str, Any] = {"nodes": n, "devices": n * DEVICES}
+    result: dict[str, Any] = {"nodes": n, "devices": n * DEVICES, "web_processes": args.web_processes}
     try:
-        system.start_web()
+        system.start_web(args.web_processes)
         system.start_worker(embedded_beat=True, concurrency=args.celery_concurrency)
         system.wait_ready(120)
         result.update(asyncio.run(drive(n, args, system)))
@@ -377,10 +378,14 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
     # the database thread of sync_to_async keeps its connection across runs: the database was re-created
     await sync_to_async(connections.close_all)()
     nodes = await register()
-    fleet = Fleet(system.agent_url, nodes)
+    fleet = Fleet(system.agent_urls, nodes)
     probe = Probe()
     began = time.monotonic()
-    tasks = [asyncio.ensure_future(fleet.run_node(e, random.random())) for e in nodes]
+    urls = fleet.urls
+    tasks = [
+        asyncio.ensure_future(fleet.run_node(e, random.random(), urls[i % len(urls)]))
+        for i, e in enumerate(nodes)
+    ]
     # cold start: every link open, every node healthy, probed every second from the start
     connect_s = join_s = None
     deadline = began + args.join_timeout_s
@@ -669,8 +674,9 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
         "# Fleet scale (`bench/scale.py`)",
         "",
         "Emulated node agents (8 devices each, 1 Hz heartbeats) against the control plane as `make demo` "
-        f"runs it (one daphne, one Celery worker with beat), {args.steady_s:g} s of steady state per N, on "
-        f"{os.cpu_count()} cores; load average at start {load['start']}, at end {load.get('end')}.",
+        f"runs it ({_daphnes(args.web_processes)}, one Celery worker with beat), "
+        f"{args.steady_s:g} s of steady state per N, on {os.cpu_count()} cores; "
+        f"load average at start {load['start']}, at end {load.get('end')}.",
         "",
         "| | " + " | ".join(str(r["nodes"]) for r in results) + " |",
         "|---|" + "---|" * len(results),
@@ -693,6 +699,12 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
     print("\n".join(lines))
 
 
+def _daphnes(count: int) -> str:
+    if count == 1:
+        return "one daphne"
+    return f"{count} daphne processes, the agents spread evenly over them"
+
+
 def stop_on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM unwinds like Ctrl-C (its default would end the process before any ``finally``, leaving daphne
     and the Celery worker running)."""
@@ -713,12 +725,20 @@ def main() -> None:
     parser.add_argument("--launch-timeout-s", type=float, default=120.0)
     parser.add_argument("--summary-interval-s", type=float, default=2.0)
     parser.add_argument("--celery-concurrency", type=int, default=2)
+    parser.add_argument(
+        "--web-processes",
+        type=int,
+        default=1,
+        help="ASGI servers (daphne) the agent links are spread over, as behind a balancer",
+    )
     parser.add_argument("--run-dir", default=str(ROOT / ".run" / "scale"))
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     parser.add_argument("--quick", action="store_true", help="32 nodes, 30 s (a smoke run)")
     args = parser.parse_args()
     if args.quick:
         args.nodes, args.steady_s, args.commands, args.tasks, args.failures = "32", 30.0, 5, 8, 5
+    if args.web_processes < 1:
+        parser.error(f"--web-processes must be at least 1, not {args.web_processes}")
     for var in ("DATABASE_URL", "REDIS_URL"):
         if not os.environ.get(var):
             parser.error(f"{var} must name a PostgreSQL database (dropped and re-created) and a Redis db")

@@ -178,6 +178,8 @@ class System:
     run_dir: Path
     host: str = "127.0.0.1"
     port: int = field(default_factory=free_port)
+    more_web_ports: list[int] = field(default_factory=list)
+    """The ports of the ASGI servers after the first (``web-2``, ``web-3``…): see :meth:`start_web`."""
     settings: dict[str, str] = field(default_factory=dict)
     spawn: Spawn = popen
     say: Callable[[str], None] = print
@@ -271,8 +273,19 @@ class System:
         child.restart_due = None
         child.reported = False
 
-    def start_web(self) -> Child:
-        return self.start("web", web_command(self.host, self.port), supervised=True)
+    def start_web(self, processes: int = 1) -> list[Child]:
+        """``processes`` ASGI servers: ``web`` on :attr:`port`, ``web-2``, ``web-3``… on ports of their own. A
+        deployment puts them behind one balancer; here :attr:`agent_urls` names each, and a harness spreads
+        its agents over them. Each is supervised (restarted on its own port)."""
+        if processes < 1:
+            raise ValueError(f"an ASGI server count must be at least 1, not {processes}")
+        while len(self.more_web_ports) < processes - 1:
+            self.more_web_ports.append(free_port())
+        ports = [self.port, *self.more_web_ports[: processes - 1]]
+        return [
+            self.start("web" if i == 0 else f"web-{i + 1}", web_command(self.host, port), supervised=True)
+            for i, port in enumerate(ports)
+        ]
 
     def start_worker(self, log_path: Path | None = None, **options: Any) -> Child:
         return self.start("worker", worker_command(**options), supervised=True, log_path=log_path)
@@ -288,10 +301,27 @@ class System:
     def agent_url(self) -> str:
         return f"ws://{self.host}:{self.port}/ws/agent/"
 
+    @property
+    def agent_urls(self) -> list[str]:
+        """The agent-link address of every ASGI server started (:meth:`start_web`), the first first."""
+        return [f"ws://{self.host}:{port}/ws/agent/" for port in self.web_ports]
+
+    @property
+    def web_ports(self) -> list[int]:
+        """The port of every ASGI server started (:meth:`start_web`), the first first."""
+        more = [p for i, p in enumerate(self.more_web_ports) if f"web-{i + 2}" in self.children]
+        return [self.port, *more]
+
     def wait_ready(self, timeout_s: float = 60.0) -> float:
-        """Wait until ``/healthz`` answers 200; returns the seconds that took. A supervised child that exits
-        meanwhile is a start-up failure (no back-off here: it would only fail again)."""
+        """Wait until every ASGI server's ``/healthz`` answers 200; returns the seconds that took. A
+        supervised child that exits meanwhile is a start-up failure (no back-off here: it would only
+        fail again)."""
         began = time.monotonic()
+        for port in self.web_ports:
+            self._wait_healthy(f"http://{self.host}:{port}", began, timeout_s)
+        return time.monotonic() - began
+
+    def _wait_healthy(self, base_url: str, began: float, timeout_s: float) -> None:
         while True:
             for child in self.children.values():
                 if child.supervised and child.process is not None and child.process.poll() is not None:
@@ -301,12 +331,12 @@ class System:
                     )
             with (
                 contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{self.base_url}/healthz", timeout=1) as r,
+                urllib.request.urlopen(f"{base_url}/healthz", timeout=1) as r,
             ):
                 if r.status == 200:
-                    return time.monotonic() - began
+                    return
             if time.monotonic() - began > timeout_s:
-                raise RuntimeError(f"{self.base_url}/healthz did not answer within {timeout_s:.0f} s")
+                raise RuntimeError(f"{base_url}/healthz did not answer within {timeout_s:.0f} s")
             time.sleep(0.2)
 
     def exited(self, name: str) -> bool:
