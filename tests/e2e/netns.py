@@ -18,6 +18,7 @@ and ``ip`` (iproute2): :func:`available` says whether this machine can.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
@@ -29,6 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SUBNET_PREFIX = "10.231"
+CLAIM_LOCK = (
+    Path("/run/lock/unicron-netns.lock") if Path("/run/lock").is_dir() else Path("/tmp/unicron-netns.lock")
+)
+"""Held while subnets are chosen and their links made: users started at the same moment (three chaos runs
+side by side) would otherwise read the same free /30s and give two agents one address."""
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -109,14 +115,20 @@ class Namespace:
 @contextlib.contextmanager
 def namespaces(count: int) -> Iterator[list[Namespace]]:
     """``count`` namespaces on unused /30s, forwarding between them on; all removed on exit."""
-    used = _used_subnets()
-    free = [i for i in range(1, 250) if i not in used][:count]
     made: list[Namespace] = []
     try:
-        for i in free:
-            ns = Namespace(f"ucp-{uuid.uuid4().hex[:8]}", i)
-            made.append(ns)
-            ns.create()
+        with CLAIM_LOCK.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed: the links made show the /30s as used
+            used = _used_subnets()
+            free = [i for i in range(1, 250) if i not in used]
+            if len(free) < count:
+                raise RuntimeError(
+                    f"{count} namespaces asked, {len(free)} /30s free in {SUBNET_PREFIX}.0.0/16"
+                )
+            for i in free[:count]:
+                ns = Namespace(f"ucp-{uuid.uuid4().hex[:8]}", i)
+                made.append(ns)
+                ns.create()
         yield made
     finally:
         for ns in made:
