@@ -78,14 +78,18 @@ def apply_hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal]]:
     for index, device in existing.items():  # gone from the inventory: the device failed
         if index not in reported and DEVICE_MACHINE.can(device.state, DeviceState.FAILED):
             do_set_device_state(device, DeviceState.FAILED)
+    # one UPDATE: what the agent says of itself, and its snapshot list emptied before its advert is
+    # checked (the check must not count what this node listed before it restarted)
     Node.objects.filter(pk=node.pk).update(
         agent_version=hello.agent_version,
         last_heartbeat_at=timezone.now(),
         address=node.address or hello.hostname[:255],
+        snapshots=[],
+        snapshot_endpoint=hello.snapshot_endpoint or "",
     )
-    do_record_snapshots(node.pk, [], hello.snapshot_endpoint or "")
     allowed, refused = check_snapshot_adverts(node.pk, hello.snapshots)
-    do_record_snapshots(node.pk, [s.model_dump(mode="json") for s in allowed])
+    if allowed:
+        do_record_snapshots(node.pk, [s.model_dump(mode="json") for s in allowed])
     node = _bring_back(node, "agent said hello", warming=hello.warming)
     do_requeue_unacked_commands(node)
     agent_said_hello.send(sender=Node, node=node, hello=hello)  # incidents: ranks the agent lost
