@@ -3,7 +3,7 @@ loop's invariants checked every few seconds and at the end.
 
     .venv/bin/python bench/chaos.py --minutes 30 --seed 1     # the full campaign (one seed)
     .venv/bin/python bench/chaos.py --minutes 5 --seed 7      # a short one
-    .venv/bin/python bench/chaos.py --combine bench/results/chaos-seed{1,2,3}.json   # the campaign page
+    .venv/bin/python bench/chaos.py --combine bench/results/chaos-seed{7,8,9}.json   # the campaign page
 
 The system is the one ``make demo`` runs (:class:`controlplane.config.system.System`): daphne, a Celery
 worker, Celery beat, ``--agents`` node agents x ``--devices`` devices (``--worker sim`` by default: the
