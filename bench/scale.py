@@ -7,8 +7,12 @@ node's own token, a hello with 8 devices, a heartbeat every second (each node's 
 an ack for every command. The process measures its own lag (how late each heartbeat goes out against its
 schedule) so that a slow generator is never blamed on the server.
 
-Once the fleet is healthy, ``--tasks`` training tasks (simulated workers) are submitted; the emulated
-nodes record the ``start_workers`` they receive and ack it.
+Once the fleet is healthy, ``--tasks`` training tasks (simulated workers) are submitted. An emulated node
+runs its share of a task as the agent's simulated ranks would, on the wire: it acks each command,
+takes the ranks a ``start_workers``, ``reconfigure`` or ``retry`` gives it (and drops those a
+``stop_workers`` names), lists them in its heartbeats, and reports each rank's iteration stats as the
+agent's worker monitor does (at once in a new epoch; then ranks 0 and last every second, the others
+every 10 s), one iteration every :data:`ITERATION_S`.
 
 Per N it reports: the time until every link is open and every node healthy (cold start), false verdicts
 (suspect or lost states and ``node_lost`` events of nodes that never stopped heartbeating, cold start
@@ -57,6 +61,10 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 DEVICES = 8
 GB = 2**30
+ITERATION_S = 0.5
+"""An emulated task's iteration time (what its ranks report)."""
+STATS_INTERVAL_S, QUIET_STATS_INTERVAL_S = 1.0, 10.0
+"""How often a rank reports its stats: ranks 0 and last, the others (as ``agents.worker_monitor``)."""
 
 
 def say(msg: str) -> None:
@@ -72,6 +80,23 @@ def pct(values: list[float], q: float) -> float | None:
 
 # ---------------------------------------------------------------------------------------- the fleet
 @dataclass
+class RunningShare:
+    """A node's share of a task, as its emulated ranks run it."""
+
+    epoch: int
+    world_size: int
+    ranks: list[tuple[int, int]]
+    """(global rank, local device)."""
+    since: float = field(default_factory=time.monotonic)
+    first_iteration: int = 0
+    reported: dict[int, float] = field(default_factory=dict)
+    """rank -> when its last stats went out (monotonic)."""
+
+    def iteration(self, now: float) -> int:
+        return self.first_iteration + int((now - self.since) / ITERATION_S)
+
+
+@dataclass
 class EmulatedNode:
     name: str
     token: str
@@ -85,8 +110,108 @@ class EmulatedNode:
     """(command type, command id, arrival time)."""
     task_commands: list[tuple[str, str, float]] = field(default_factory=list)
     """(command type, task id, arrival time) of commands that name a task."""
-    launches: dict[str, tuple[int, list[tuple[int, int]]]] = field(default_factory=dict)
-    """task id -> (epoch, [(rank, device)]) of the newest start_workers received."""
+    running: dict[str, RunningShare] = field(default_factory=dict)
+    """task id -> the ranks this node runs for it now."""
+    launched: set[str] = field(default_factory=set)
+    """Every task a start_workers was received for."""
+
+    def take(self, message: Any) -> None:
+        """What a command does to the ranks this node runs."""
+        from controlplane.core.protocol import (
+            ReconfigureCommand,
+            RetryCommand,
+            StartWorkersCommand,
+            StopWorkersCommand,
+        )
+
+        task_id = message.task_id
+        before = self.running.get(task_id)
+        reached = before.iteration(time.monotonic()) if before is not None else 0
+        if isinstance(message, StartWorkersCommand | ReconfigureCommand):
+            launch = message.launch
+            if isinstance(message, StartWorkersCommand):
+                self.launched.add(task_id)
+            first = getattr(message, "resume_iteration", None) or reached
+            self.running[task_id] = RunningShare(
+                message.epoch,
+                launch.world_size,
+                [(r.rank, r.device) for r in launch.ranks],
+                first_iteration=first,
+            )
+        elif isinstance(message, RetryCommand) and before is not None:
+            first = message.iteration if message.iteration is not None else reached
+            self.running[task_id] = RunningShare(
+                message.epoch, before.world_size, before.ranks, first_iteration=first
+            )
+        elif isinstance(message, StopWorkersCommand) and before is not None:
+            kept = [(r, d) for r, d in before.ranks if message.ranks is not None and r not in message.ranks]
+            if kept:
+                before.ranks = kept
+            else:
+                del self.running[task_id]
+
+    def workers(self) -> list[Any]:
+        """The heartbeat's worker list."""
+        from controlplane.core.protocol import WorkerStatus
+
+        now = time.monotonic()
+        return [
+            WorkerStatus(
+                task_id=task_id,
+                epoch=share.epoch,
+                rank=rank,
+                device=device,
+                pid=None,
+                state="healthy",
+                iteration=share.iteration(now),
+            )
+            for task_id, share in self.running.items()
+            for rank, device in share.ranks
+        ]
+
+    def due_stats(self) -> list[Any]:
+        """The iteration-stats reports due now, marked sent."""
+        from controlplane.core.protocol import IterationStats, WorkerReport
+
+        now = time.monotonic()
+        reports = []
+        for task_id, share in self.running.items():
+            last = share.iteration(now)
+            for rank, device in share.ranks:
+                sent = share.reported.get(rank)
+                loud = rank in (0, share.world_size - 1)
+                if sent is not None and now - sent < (STATS_INTERVAL_S if loud else QUIET_STATS_INTERVAL_S):
+                    continue
+                share.reported[rank] = now
+                iterations = max(
+                    1, min(last - share.first_iteration, int(QUIET_STATS_INTERVAL_S / ITERATION_S))
+                )
+                at = datetime.now(UTC)
+                reports.append(
+                    WorkerReport(
+                        report_id=uuid.uuid4().hex,
+                        task_id=task_id,
+                        epoch=share.epoch,
+                        rank=rank,
+                        device=device,
+                        detector=None,
+                        occurred_at=at,
+                        detected_at=at,
+                        event=IterationStats(
+                            first_iteration=max(last - iterations + 1, 0),
+                            last_iteration=max(last, 0),
+                            iterations=iterations,
+                            median_s=ITERATION_S,
+                            max_s=ITERATION_S,
+                            compute_median_s=ITERATION_S * 0.8,
+                            micro_batches=iterations * 8,
+                            tokens=iterations * 8 * 256,
+                            model_flops=iterations * 1e12,
+                            loss=4.0,
+                        ),
+                    )
+                )
+        return reports
 
 
 @dataclass
@@ -96,6 +221,7 @@ class Fleet:
     nodes: list[EmulatedNode]
     lag: list[float] = field(default_factory=list)
     sent: int = 0
+    reports_sent: int = 0
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     def frame(self, node: EmulatedNode, message: Any) -> str:
@@ -115,7 +241,6 @@ class Fleet:
             DeviceInfo,
             Heartbeat,
             Hello,
-            StartWorkersCommand,
             decode_coordinator_frame,
         )
 
@@ -152,11 +277,8 @@ class Fleet:
                                     task_id = getattr(message, "task_id", None)
                                     if task_id:
                                         node.task_commands.append((message.type, task_id, arrived))
-                                    if isinstance(message, StartWorkersCommand):
-                                        node.launches[message.task_id] = (
-                                            message.epoch,
-                                            [(r.rank, r.device) for r in message.launch.ranks],
-                                        )
+                                    if task_id:
+                                        node.take(message)
                                     await ws.send(
                                         self.frame(node, Ack(command_id=command_id, outcome="done"))
                                     )
@@ -173,8 +295,11 @@ class Fleet:
                                 continue
                             self.lag.append(time.monotonic() - next_at)
                             node.last_sent = time.time()
-                            await ws.send(self.frame(node, Heartbeat(uptime_s=1.0)))
+                            await ws.send(self.frame(node, Heartbeat(uptime_s=1.0, workers=node.workers())))
                             self.sent += 1
+                            for report in node.due_stats():
+                                await ws.send(self.frame(node, report))
+                                self.reports_sent += 1
                             next_at += 1.0
                     finally:
                         receiver.cancel()
@@ -436,7 +561,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
             say(f"N={n}: task submission failed: {exc!r}")
         wait_end = time.monotonic() + args.launch_timeout_s
         while task_ids and time.monotonic() < wait_end:
-            launched = {t for e in nodes for t in e.launches}
+            launched = {t for e in nodes for t in e.launched}
             if len(launched) >= len(task_ids):
                 break
             await asyncio.sleep(1.0)
@@ -470,6 +595,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
     fleet.lag.clear()
     steady_probe = Probe()
     pg0, t0, r0, sent0 = await counters(), time.monotonic(), redis_commands(rclient), fleet.sent
+    reports0 = fleet.reports_sent
     pids = {name: child.process.pid for name, child in system.children.items() if child.process is not None}
     usage_task = asyncio.ensure_future(asyncio.to_thread(process_usage, pids, min(30.0, args.steady_s / 2)))
     pg_cpu_task = asyncio.ensure_future(asyncio.to_thread(postgres_cpu, min(30.0, args.steady_s / 2)))
@@ -482,6 +608,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
     with contextlib.suppress(asyncio.CancelledError):
         await summary_task
     pg1, t1, r1, sent1 = await counters(), time.monotonic(), redis_commands(rclient), fleet.sent
+    reports1 = fleet.reports_sent
     usage, pg_cpu = await usage_task, await pg_cpu_task
     window = t1 - t0
 
@@ -491,12 +618,12 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
 
     failure_s: list[float] = []
     failed_tasks = 0
-    for task_id in sorted({t for e in nodes for t in e.launches})[: args.failures]:
-        holder = next(e for e in nodes if task_id in e.launches)
-        epoch, ranks = holder.launches[task_id]
-        if not ranks or holder.socket is None:
+    for task_id in sorted({t for e in nodes for t in e.running})[: args.failures]:
+        holder = next((e for e in nodes if task_id in e.running), None)
+        if holder is None or holder.socket is None:  # moved away meanwhile
             continue
-        rank, device = ranks[0]
+        share = holder.running[task_id]
+        epoch, (rank, device) = share.epoch, share.ranks[0]
         now = datetime.now(UTC)
         report = WorkerReport(
             report_id=uuid.uuid4().hex,
@@ -601,6 +728,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
         "summary_p99_s": _round(pct(summary_s, 99)),
         "summary_status": summary_status,
         "heartbeats_sent_per_s": round((sent1 - sent0) / window, 1),
+        "worker_reports_sent_per_s": round((reports1 - reports0) / window, 1),
         "generator_lag_p50_s": _round(pct(fleet.lag, 50)),
         "generator_lag_p99_s": _round(pct(fleet.lag, 99)),
         "generator_lag_cold_start_p99_s": _round(pct(cold_lag, 99)),
@@ -660,6 +788,7 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
         ("GET /api/v1/summary/ p50 / p99 (s)", ("summary_p50_s", "summary_p99_s")),
         ("operator command -> agent p50 / p99 (s)", ("command_to_agent_p50_s", "command_to_agent_p99_s")),
         ("heartbeats sent /s", "heartbeats_sent_per_s"),
+        ("worker reports (iteration stats) sent /s", "worker_reports_sent_per_s"),
         ("generator lag p50 / p99 (s)", ("generator_lag_p50_s", "generator_lag_p99_s")),
         (
             "generator lag during the cold start p99 / max (s)",
