@@ -120,28 +120,6 @@ def _hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal], Outbox]:
     return state, refused, read_outbox(node_id)
 
 
-Persisted = tuple[Refusal | None, str | None, DataError | None]
-"""What became of a worker report: the refusal (not stored), what its service did, or the value the
-database could not hold (the frame's fault: it is answered, the link goes on)."""
-
-
-def _persist_reports(node_id: int, reports: list[WorkerReport]) -> list[Persisted]:
-    """Worker reports in one call on the database thread, in order, each its own check and transaction: a
-    node's consecutive iteration stats go together, so a node with many ranks never builds a backlog of
-    turns on the thread that a failure report behind them would wait out."""
-    done: list[Persisted] = []
-    for report in reports:
-        refusal = check_worker_report(node_id, report)
-        if refusal is not None:
-            done.append((refusal, None, None))
-            continue
-        try:
-            done.append((None, report_handler(report)(node_id, report), None))
-        except DataError as exc:
-            done.append((None, None, exc))
-    return done
-
-
 def report_handler(report: WorkerReport) -> Callable[[int, WorkerReport], str]:
     """The service that persists ``report`` (each one short transaction; returns what happened)."""
     event = report.event
@@ -180,9 +158,6 @@ class AgentLinkConsumer(ResilientConsumer):
     _granted: set[tuple[str, str]]
     _liveness: LinkLiveness
     _work: SequencedWork | None = None
-    _stats: list[AgentEnvelope] | None = None
-    """The iteration stats waiting in the link's queue with nothing queued behind them: the next ones
-    join them (one database call for all, :func:`_persist_reports`)."""
     _send_lock: asyncio.Lock
     _pending_sends_queued: bool = False
 
@@ -290,21 +265,10 @@ class AgentLinkConsumer(ResilientConsumer):
             self.session = envelope.session  # the frames behind it belong to this session
         elif mtype == "heartbeat" and not self._liveness.note_heartbeat(envelope):
             return  # the queued one does the database part with the newest heartbeat
-        if mtype == "worker_report" and cast(WorkerReport, envelope.message).event.kind == "iteration_stats":
-            if self._stats is not None:
-                self._stats.append(envelope)
-                return
-            batch = [envelope]
-            self._enqueue(lambda: self._handle_stats(batch))
-            self._stats = batch
-            return
         handler = self._handlers()[mtype]
         self._enqueue(lambda: self._handle(handler, envelope))
 
     def _enqueue(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Queue ``work`` behind what is queued; iteration stats that arrive later are not handled
-        before it (they start a batch of their own)."""
-        self._stats = None
         if self._work is not None:
             self._work.enqueue(work)
 
@@ -318,19 +282,15 @@ class AgentLinkConsumer(ResilientConsumer):
         try:
             await handler(envelope)
         except DataError as exc:  # a value the database cannot hold: the frame's fault, not ours
-            await self._refuse_value(envelope, exc)
+            log.warning(
+                "agent %s: %s (seq %s) refused by the database: %s", self.node_name, mtype, envelope.seq, exc
+            )
+            detail = f"{mtype}: a value cannot be stored: {str(exc).splitlines()[0][:500]}"
+            await self._send_error(ProtocolError(code="invalid", detail=detail, in_reply_to_seq=envelope.seq))
         except Exception as exc:
             log.exception("agent %s: %s (seq %s) could not be stored", self.node_name, mtype, envelope.seq)
             assert self._work is not None
             await self._work.fail(exc)
-
-    async def _refuse_value(self, envelope: AgentEnvelope, exc: DataError) -> None:
-        mtype = envelope.message.type
-        log.warning(
-            "agent %s: %s (seq %s) refused by the database: %s", self.node_name, mtype, envelope.seq, exc
-        )
-        detail = f"{mtype}: a value cannot be stored: {str(exc).splitlines()[0][:500]}"
-        await self._send_error(ProtocolError(code="invalid", detail=detail, in_reply_to_seq=envelope.seq))
 
     def _handlers(self) -> dict[str, Callable[[AgentEnvelope], Awaitable[None]]]:
         return {
@@ -379,41 +339,24 @@ class AgentLinkConsumer(ResilientConsumer):
             await self.close(code=CLOSE_UNAUTHORIZED)  # the node was deleted under us
 
     async def _on_worker_report(self, envelope: AgentEnvelope) -> None:
-        await self._persist([envelope])
-
-    async def _handle_stats(self, batch: list[AgentEnvelope]) -> None:
-        """Iteration stats that waited in the queue together: one database call."""
-        if self._stats is batch:
-            self._stats = None  # closed: stats read from now on go behind it
-        await self._persist(batch)
-
-    async def _persist(self, envelopes: list[AgentEnvelope]) -> None:
-        valid: list[AgentEnvelope] = []
-        for envelope in envelopes:
-            report = cast(WorkerReport, envelope.message)
-            try:
-                uuid.UUID(report.report_id)
-            except ValueError:
-                await self._send_error(
-                    ProtocolError(
-                        code="invalid",
-                        detail=f"worker_report: report_id {report.report_id!r} is not a UUID",
-                        in_reply_to_seq=envelope.seq,
-                    )
+        report = cast(WorkerReport, envelope.message)
+        try:
+            uuid.UUID(report.report_id)
+        except ValueError:
+            await self._send_error(
+                ProtocolError(
+                    code="invalid",
+                    detail=f"worker_report: report_id {report.report_id!r} is not a UUID",
+                    in_reply_to_seq=envelope.seq,
                 )
-                continue
-            valid.append(envelope)
-        if not valid:
+            )
             return
-        reports = [cast(WorkerReport, e.message) for e in valid]
-        done = await _db(_persist_reports)(self._node_id, reports)
-        for envelope, report, (refusal, outcome, error) in zip(valid, reports, done, strict=True):
-            if error is not None:
-                await self._refuse_value(envelope, error)
-            elif refusal is not None:
-                await self._refuse(envelope, "agent_report_refused", [refusal])
-            else:
-                log.info("agent %s report %s: %s", self.node_name, report.report_id, outcome)
+        refusal = await _db(check_worker_report)(self._node_id, report)
+        if refusal is not None:
+            await self._refuse(envelope, "agent_report_refused", [refusal])
+            return
+        outcome = await _db(report_handler(report))(self._node_id, report)
+        log.info("agent %s report %s: %s", self.node_name, report.report_id, outcome)
 
     async def _on_ack(self, envelope: AgentEnvelope) -> None:
         ack = cast(Ack, envelope.message)
