@@ -26,7 +26,10 @@ persists it through the services (``database_sync_to_async``, in the order the f
   ``report_id``) with the report's epoch; evidence of the task's *current* epoch enqueues
   ``incidents.handle_failure`` after the settle window, older epochs are recorded but never acted on
   (fencing). Iteration stats / TransitionReports of the current epoch advance the task's iteration and
-  its transition's resume step; rank 0's stats → metric samples. A rank that exits 0 after its last
+  its transition's resume step; rank 0's stats → metric samples. Iteration stats are stored with the
+  other links' of the process, a batch every 0.2 s (:mod:`controlplane.live.stats_batch`); the link
+  goes on with its next frame meanwhile. The node's right to speak for a rank is checked once per rank
+  and epoch. A rank that exits 0 after its last
   iteration counts toward the task's completion.
 - ``ack``: the outbox row is acknowledged (duplicates are harmless); a transition's command enqueues
   ``planning.advance_transition``.
@@ -100,6 +103,7 @@ from controlplane.live.frame_checks import bearer_token, check_frame_order
 from controlplane.live.link_liveness import LinkLiveness
 from controlplane.live.resilient_consumer import ResilientConsumer
 from controlplane.live.sequenced_work import SequencedWork
+from controlplane.live.stats_batch import stats_batch
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,10 @@ CLOSE_STORE_UNAVAILABLE = 4503
 """Close code: PostgreSQL or Redis is unreachable right now; reconnect after a back-off."""
 
 
+HELD_REMEMBERED = 4096
+"""A link remembers at most this many ranks it was found to hold (then forgets them all)."""
+
+
 def _hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal], Outbox]:
     """A hello's database work in one call (a cold start of a fleet queues thousands on the process's
     database thread): the node's return (``fleet.liveness.apply_hello``), then what it has to be sent."""
@@ -123,7 +131,7 @@ def _hello(node_id: int, hello: Hello) -> tuple[str, list[Refusal], Outbox]:
 def report_handler(report: WorkerReport) -> Callable[[int, WorkerReport], str]:
     """The service that persists ``report`` (each one short transaction; returns what happened)."""
     event = report.event
-    if event.kind == "iteration_stats":
+    if event.kind == "iteration_stats":  # the link batches them: controlplane.live.stats_batch
         return record_iteration_stats
     if event.kind == "transition":
         return record_transition_report
@@ -156,6 +164,8 @@ class AgentLinkConsumer(ResilientConsumer):
     _snapshots: list[dict[str, Any]] | None = None
     _last_seq: int | None = None
     _granted: set[tuple[str, str]]
+    _held: set[tuple[str, int, int]]
+    """(task, epoch, rank) this node was found to have held: its reports need no further check."""
     _liveness: LinkLiveness
     _work: SequencedWork | None = None
     _send_lock: asyncio.Lock
@@ -181,6 +191,7 @@ class AgentLinkConsumer(ResilientConsumer):
         arrive meanwhile wait for this method to return, unread."""
         self._impersonations = set()
         self._granted = set()
+        self._held = set()
         self._send_lock = asyncio.Lock()
         await self.accept()
         token = bearer_token(self.scope)
@@ -224,6 +235,7 @@ class AgentLinkConsumer(ResilientConsumer):
             return
         if self._work is not None:  # the frames received before the socket closed go first
             await self._work.finish()
+        await stats_batch().flushed()
         try:
             await self.channel_layer.group_discard(agent_group(self.node_name), self.channel_name)
         except Exception as exc:  # Redis down: the group entry expires on its own
@@ -292,6 +304,10 @@ class AgentLinkConsumer(ResilientConsumer):
             assert self._work is not None
             await self._work.fail(exc)
 
+    @staticmethod
+    def _invalid(detail: str, envelope: AgentEnvelope) -> ProtocolError:
+        return ProtocolError(code="invalid", detail=detail, in_reply_to_seq=envelope.seq)
+
     def _handlers(self) -> dict[str, Callable[[AgentEnvelope], Awaitable[None]]]:
         return {
             "hello": self._on_hello,
@@ -351,9 +367,17 @@ class AgentLinkConsumer(ResilientConsumer):
                 )
             )
             return
-        refusal = await _db(check_worker_report)(self._node_id, report)
-        if refusal is not None:
-            await self._refuse(envelope, "agent_report_refused", [refusal])
+        held = (report.task_id, report.epoch, report.rank)
+        if held not in self._held:  # a fact about the past: checked once per rank and epoch
+            refusal = await _db(check_worker_report)(self._node_id, report)
+            if refusal is not None:
+                await self._refuse(envelope, "agent_report_refused", [refusal])
+                return
+            if len(self._held) >= HELD_REMEMBERED:
+                self._held.clear()
+            self._held.add(held)
+        if report.event.kind == "iteration_stats":  # stored with the process's other links' stats
+            stats_batch().add(report, lambda why: self._send_error(self._invalid(why, envelope)))
             return
         outcome = await _db(report_handler(report))(self._node_id, report)
         log.info("agent %s report %s: %s", self.node_name, report.report_id, outcome)

@@ -20,6 +20,7 @@ from controlplane.apps.fleet.models import Node
 from controlplane.apps.fleet.services import DeviceSpec, do_register_node
 from controlplane.config.asgi import application
 from controlplane.core.protocol import PROTOCOL_VERSION
+from controlplane.live.stats_batch import stats_batch
 
 
 @dataclass
@@ -69,10 +70,12 @@ class AgentSocket:
         await self.send({"type": "heartbeat", "uptime_s": 1.0})
 
     async def settle(self) -> None:
-        """Wait until every frame sent so far was handled: a bad frame's reply comes back in order."""
+        """Wait until every frame sent so far was handled: a bad frame's reply comes back in order, and
+        the iteration stats its link handed to the process's batch were stored."""
         await self.send_raw("not json")
         reply = await self.receive()
         assert reply["message"]["code"] == "malformed", reply
+        await stats_batch().flushed()
 
     async def close(self) -> None:
         await self.comm.disconnect()

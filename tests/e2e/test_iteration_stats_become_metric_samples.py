@@ -5,10 +5,14 @@ from datetime import UTC, datetime
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import DataError, OperationalError
 
 from controlplane.apps.fleet.models import Device, Node
+from controlplane.apps.metrics.ingest import Ingested
 from controlplane.apps.metrics.models import MetricSample
 from controlplane.apps.training.models import Allocation, TrainingTask
+from controlplane.core.protocol import WorkerReport
+from controlplane.live import stats_batch as stats_batch_module
 from tests.controlplane.factories import TaskFactory
 from tests.e2e.conftest import Connect, Registered
 
@@ -68,3 +72,38 @@ async def test_rank_zero_iteration_stats_become_the_tasks_samples(
     )()
     # no active allocations: one rank's share; 2048 tokens / 8 iterations / 0.5 s = 512 tokens/s
     assert samples == [("achieved_flops", 2e9, 17), ("iteration_time", 0.5, 17), ("tokens_per_s", 512.0, 17)]
+
+
+async def test_stats_the_database_cannot_take_are_kept_and_one_it_refuses_is_answered(
+    registered: Registered, connect: Connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While PostgreSQL is unreachable the process's batch of stats is kept and stored once it is back;
+    a report the database refuses on its own is answered to its link, and the rest of its batch stored."""
+    task: TrainingTask = await database_sync_to_async(TaskFactory)()
+    agent = await connect(registered.token, registered.name)
+    await agent.hello()
+    await agent.settle()
+    await held_by(registered.node, task, ranks=[0, 1])
+    real = stats_batch_module.record_iteration_stats_batch
+    calls: list[int] = []
+
+    def store(reports: list[WorkerReport]) -> Ingested:
+        calls.append(len(reports))
+        if len(calls) == 1:
+            raise OperationalError("connection refused")
+        if any(r.rank == 1 and r.event.kind == "iteration_stats" for r in reports):
+            raise DataError("value out of range")  # refused for this report alone
+        return real(reports)
+
+    monkeypatch.setattr(stats_batch_module, "record_iteration_stats_batch", store)
+    await agent.send(stats(task.pk, rank=0))
+    refused_seq = await agent.send(stats(task.pk, rank=1))
+    await agent.settle()  # the first try failed: kept for the next
+    assert await database_sync_to_async(MetricSample.objects.filter(task=task).count)() == 0
+
+    reply = await agent.receive(timeout=5.0)  # the retry: rank 1's report refused, rank 0's stored
+    assert reply["message"]["code"] == "invalid", reply
+    assert reply["message"]["in_reply_to_seq"] == refused_seq
+    assert "value out of range" in reply["message"]["detail"]
+    assert calls == [2, 2, 1, 1]
+    assert await database_sync_to_async(MetricSample.objects.filter(task=task).count)() == 3

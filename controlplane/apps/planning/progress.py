@@ -9,10 +9,18 @@ from django.db import transaction
 
 from controlplane.apps.fleet.choices import NodeState
 from controlplane.apps.fleet.models import Node
-from controlplane.apps.planning.transitions import do_record_rank_resumed
+from controlplane.apps.planning.transitions import (
+    RankProgress,
+    do_record_rank_resumed,
+    do_record_ranks_resumed,
+)
 from controlplane.apps.training.models import TrainingTask
 from controlplane.apps.training.selectors import task_pk
-from controlplane.apps.training.services import do_mark_rank_finished, do_record_progress
+from controlplane.apps.training.services import (
+    do_mark_rank_finished,
+    do_record_progress,
+    do_record_tasks_progress,
+)
 from controlplane.core.protocol import IterationStats, TransitionReport, WorkerExited, WorkerReport
 
 
@@ -56,11 +64,31 @@ def record_expected_exit(node_id: int, report: WorkerReport) -> str:
     return f"exited: rank {report.rank} finished{'; task completed' if completed else ''}"
 
 
-def record_rank_progress(report: WorkerReport, stats: IterationStats) -> None:
-    """Every rank's progress at the current epoch advances the task and its transition's resume step."""
-    task = current_task(report)
-    if task is not None and stats.iterations > 0:
-        # lock order as in the orchestrator (transition step, then task row): no deadlock with it
-        first, last = stats.first_iteration, stats.last_iteration
-        do_record_rank_resumed(task.pk, report.epoch, report.rank, first, last)
-        do_record_progress(task, stats.last_iteration)
+def record_ranks_progress(reports: list[WorkerReport]) -> list[WorkerReport]:
+    """Iteration stats of several ranks: those of their tasks' current epochs (fencing; one query for
+    all) advance their tasks' iteration counters and their transitions' resume steps (steps locked
+    first, then the task rows, as the orchestrator does: no deadlock with it). Returns the reports that
+    counted."""
+    stats = [r for r in reports if isinstance(r.event, IterationStats) and r.event.iterations > 0]
+    pks = {pk for r in stats if (pk := task_pk(r.task_id)) is not None}
+    if not pks:
+        return []
+    epochs = dict(TrainingTask.objects.filter(pk__in=sorted(pks)).values_list("pk", "epoch"))
+    current = [r for r in stats if epochs.get(task_pk(r.task_id) or -1) == r.epoch]
+    progress = [
+        RankProgress(
+            task_pk(r.task_id) or -1,
+            r.epoch,
+            r.rank,
+            r.event.first_iteration,
+            r.event.last_iteration,
+        )
+        for r in current
+        if isinstance(r.event, IterationStats)
+    ]
+    do_record_ranks_resumed(progress)
+    reached: dict[int, int] = {}
+    for p in progress:
+        reached[p.task_id] = max(reached.get(p.task_id, p.last_iteration), p.last_iteration)
+    do_record_tasks_progress(reached)
+    return current

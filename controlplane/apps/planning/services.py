@@ -151,8 +151,18 @@ def do_set_step_state(
 
 def do_record_step_detail(step: TransitionStep, detail: StepDetail) -> None:
     """Store what ``step`` carries (its state unchanged; the caller holds the step row's lock)."""
-    TransitionStep.objects.filter(pk=step.pk).update(detail=detail.stored())
-    step.detail = detail.stored()
+    do_record_step_details([(step, detail)])
+
+
+def do_record_step_details(details: list[tuple[TransitionStep, StepDetail]]) -> None:
+    """Store what several steps carry in one UPDATE (the caller holds their rows' locks)."""
+    for step, detail in details:
+        step.detail = detail.stored()
+    if len(details) == 1:
+        ((step, _),) = details
+        TransitionStep.objects.filter(pk=step.pk).update(detail=step.detail)
+    elif details:
+        TransitionStep.objects.bulk_update([step for step, _ in details], ["detail"])
 
 
 def do_skip_open_steps(t: Transition) -> None:

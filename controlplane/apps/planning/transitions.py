@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -42,7 +43,7 @@ from controlplane.apps.planning.models import Transition, TransitionStep
 from controlplane.apps.planning.selectors import get_recent_iteration_s
 from controlplane.apps.planning.services import (
     do_fail_running_steps,
-    do_record_step_detail,
+    do_record_step_details,
     do_set_step_state,
     do_set_transition_state,
     do_skip_open_steps,
@@ -75,39 +76,73 @@ def do_record_rank_resumed(
 ) -> bool:
     """A rank of ``epoch`` made progress (iteration stats) or sent its TransitionReport. Returns True
     when that completes the resume step (an advance is then enqueued after commit)."""
-    step = (
-        # the step row only: no lock-order cycle
+    resumed = RankProgress(task_id, epoch, rank, first_iteration, last_iteration, report)
+    return bool(do_record_ranks_resumed([resumed]))
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    """One rank's progress at ``epoch``: iterations ``first``..``last`` (and its TransitionReport)."""
+
+    task_id: int
+    epoch: int
+    rank: int
+    first_iteration: int
+    last_iteration: int
+    report: dict[str, Any] | None = None
+
+
+def do_record_ranks_resumed(progress: list[RankProgress]) -> list[int]:
+    """Ranks made progress (iteration stats, TransitionReports): the resume steps of their tasks' running
+    transitions at those epochs record them, each step row locked and written once, in primary-key order
+    (no lock-order cycle between two writers). Returns the transitions whose resume step that completed
+    (an advance of each is enqueued after commit)."""
+    tasks = {p.task_id for p in progress}
+    if not tasks:
+        return []
+    steps = (
+        # the step rows only: no lock-order cycle with the orchestrator (step, then task row)
         TransitionStep.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("transition")
         .filter(
-            transition__task_id=task_id,
-            transition__epoch=epoch,
+            transition__task_id__in=sorted(tasks),
             transition__state=TransitionState.RUNNING,
             name="resume",
             state=StepState.RUNNING,
         )
-        .first()
+        .order_by("pk")
     )
-    if step is None:
-        return False
-    detail = StepDetail.read(step.detail)
-    reported = dict(detail.reported)
-    entry = reported.get(rank) or RankResumed(first_iteration=first_iteration, at=timezone.now().isoformat())
-    entry = entry.model_copy(
-        update={
-            "first_iteration": min(entry.first_iteration, first_iteration),
-            "last_iteration": max(
-                entry.last_iteration if entry.last_iteration is not None else last_iteration, last_iteration
-            ),
-            **({"report": report} if report is not None else {}),
-        }
-    )
-    reported[rank] = entry
-    detail.reported = reported
-    do_record_step_detail(step, detail)
-    done = not detail.missing_ranks()
-    if done:
-        request_transition_advance(step.transition_id)
-    return done
+    completed: list[int] = []
+    written: list[tuple[TransitionStep, StepDetail]] = []
+    for step in steps:
+        mine = [
+            p for p in progress if p.task_id == step.transition.task_id and p.epoch == step.transition.epoch
+        ]
+        if not mine:
+            continue
+        detail = StepDetail.read(step.detail)
+        reported = dict(detail.reported)
+        for p in mine:
+            entry = reported.get(p.rank) or RankResumed(
+                first_iteration=p.first_iteration, at=timezone.now().isoformat()
+            )
+            reported[p.rank] = entry.model_copy(
+                update={
+                    "first_iteration": min(entry.first_iteration, p.first_iteration),
+                    "last_iteration": max(
+                        entry.last_iteration if entry.last_iteration is not None else p.last_iteration,
+                        p.last_iteration,
+                    ),
+                    **({"report": p.report} if p.report is not None else {}),
+                }
+            )
+        detail.reported = reported
+        written.append((step, detail))
+        if not detail.missing_ranks():
+            request_transition_advance(step.transition_id)
+            completed.append(step.transition_id)
+    do_record_step_details(written)
+    return completed
 
 
 def on_command_settled(command: AgentCommand) -> None:

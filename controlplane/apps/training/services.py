@@ -7,7 +7,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from controlplane.apps.accounts.services import Actor, acting_user, do_record_audit
@@ -231,7 +231,26 @@ def do_set_task_state(task: TrainingTask, new: TaskState, *, bump_epoch: bool = 
 
 def do_record_progress(task: TrainingTask, iteration: int) -> None:
     """Advance the iteration counter (never backwards)."""
-    TrainingTask.objects.filter(pk=task.pk, iteration__lt=iteration).update(iteration=iteration)
+    do_record_tasks_progress({task.pk: iteration})
+
+
+def do_record_tasks_progress(iterations: dict[int, int]) -> int:
+    """Advance the iteration counters of several tasks (task pk → iteration; never backwards) in one
+    UPDATE that writes only the rows it advances. Returns how many it advanced."""
+    if not iterations:
+        return 0
+    behind = Q()
+    for pk, iteration in iterations.items():
+        behind |= Q(pk=pk, iteration__lt=iteration)
+    if len(iterations) == 1:
+        ((pk, iteration),) = iterations.items()
+        return TrainingTask.objects.filter(behind).update(iteration=iteration)
+    value = Case(
+        *(When(pk=pk, then=Value(it)) for pk, it in iterations.items()),
+        default=F("iteration"),
+        output_field=TrainingTask._meta.get_field("iteration"),
+    )
+    return TrainingTask.objects.filter(behind).update(iteration=value)
 
 
 def do_rewind_progress(task: TrainingTask, iteration: int) -> bool:
