@@ -8,7 +8,10 @@ speak for the rank is checked) to the process's pending batch and goes on with i
 stores the batch every :data:`FLUSH_EVERY_S` in one transaction whose statements do not grow with its
 size (:func:`controlplane.apps.metrics.ingest.record_iteration_stats_batch`).
 
-While PostgreSQL is unreachable a batch is kept and retried (at most :data:`MAX_PENDING` reports, the
+A batch that waits for a row lock longer than
+:data:`controlplane.apps.metrics.ingest.LOCK_WAIT_MS` gives way and is tried again at the next flush
+(the orchestration loop's transactions are never the ones that wait). While PostgreSQL is unreachable a
+batch is kept and retried (at most :data:`MAX_PENDING` reports, the
 oldest dropped first, with a warning). A batch the database refuses for another reason is stored report
 by report, and a report refused on its own is answered to its link with a ``protocol_error``.
 """
@@ -36,6 +39,10 @@ MAX_PENDING = 50_000
 """Reports kept while the database is unreachable (about seven minutes of a 2,048-node fleet's)."""
 RETRY_AFTER_S = 1.0
 """Pause before a batch the database could not take is tried again."""
+
+GAVE_WAY = frozenset({"55P03", "40P01"})
+"""SQLSTATEs of a batch that waited too long for a row lock or was chosen in a deadlock: tried again at
+the next flush."""
 
 Refused = Callable[[str], Awaitable[None]]
 """Answers the report's link that the report could not be stored (the reason)."""
@@ -80,16 +87,23 @@ class StatsBatch:
                 if stored is not None and not stored.done():
                     stored.set_result(None)
 
+    def _keep(self, reports: list[tuple[WorkerReport, Refused]]) -> None:
+        """``reports`` go back in front of the pending ones, for the next batch."""
+        self._pending[:0] = reports
+        if self._stored is None:
+            self._stored = asyncio.get_running_loop().create_future()
+
     async def _store(self, batch: list[tuple[WorkerReport, Refused]]) -> None:
         store = database_sync_to_async(record_iteration_stats_batch)
         try:
             await store([report for report, _ in batch])
             return
-        except (OperationalError, InterfaceError) as exc:  # the database is unreachable: kept
+        except (OperationalError, InterfaceError) as exc:  # kept and tried again
+            self._keep(batch)
+            if getattr(exc.__cause__, "sqlstate", None) in GAVE_WAY:
+                log.info("%d iteration stats gave way to another writer; retried", len(batch))
+                return
             log.warning("%d iteration stats not stored (%s); retried", len(batch), str(exc).strip()[:200])
-            self._pending[:0] = batch
-            if self._stored is None:
-                self._stored = asyncio.get_running_loop().create_future()
             await asyncio.sleep(RETRY_AFTER_S)
             return
         except Exception:
@@ -97,6 +111,8 @@ class StatsBatch:
         for report, refused in batch:
             try:
                 await store([report])
+            except (OperationalError, InterfaceError):  # not this report's fault: tried again
+                self._keep([(report, refused)])
             except Exception as exc:
                 log.warning("iteration stats %s refused by the database: %s", report.report_id, exc)
                 why = f"worker_report: iteration stats cannot be stored: {str(exc).splitlines()[0][:500]}"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -84,3 +85,35 @@ async def test_a_closed_agent_socket_makes_the_node_suspect_at_once_and_lost_aft
         now=datetime.fromtimestamp(heard, tz=UTC) + timedelta(seconds=LOST + 0.1)
     )
     assert sweep.lost == [registered.name]
+
+
+@pytest.mark.django_db
+def test_a_silent_node_is_swept_again_at_its_deadline_not_a_tick_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sweep that makes a node suspect names the moment it will be lost; when that comes before the
+    next tick the task sweeps again then (once: a sweep at a deadline schedules none)."""
+    from controlplane.apps.incidents import tasks
+
+    last = timezone.now() - timedelta(seconds=LOST - 0.3)  # its deadline is 0.3 s away
+    silent = NodeFactory(last_heartbeat_at=last)
+    alive = NodeFactory(last_heartbeat_at=timezone.now())  # no deadline of its own
+    last_seen.forget([silent.pk, alive.pk])  # (entries of earlier tests' nodes with these ids)
+    last_seen.record_many({silent.pk: last.timestamp(), alive.pk: time.time()})
+    scheduled: list[dict[str, object]] = []
+    monkeypatch.setattr(tasks.check_node_health, "apply_async", lambda **options: scheduled.append(options))
+
+    called = time.time()
+    result = tasks.check_node_health()
+
+    assert result["suspect"] == [silent.name]
+    [follow_up] = scheduled
+    assert follow_up["kwargs"] == {"at_deadline": True}
+    due = last.timestamp() + LOST + tasks.DEADLINE_MARGIN_S - called
+    assert 0 < float(str(follow_up["countdown"])) == pytest.approx(due, abs=0.1)
+    assert tasks.check_node_health(at_deadline=True)["suspect"] == []  # nothing new, nothing scheduled
+    assert len(scheduled) == 1
+
+    sweep = sweep_node_health(now=last + timedelta(seconds=SUSPECT + 0.1))
+    assert sweep.next_deadline_s == pytest.approx(last.timestamp() + LOST)
+    assert sweep_node_health(now=last + timedelta(seconds=LOST + 0.01)).lost == [silent.name]

@@ -24,10 +24,10 @@ keeps the longer deadline though most others are back already (the agents of a r
 reconnect one by one, and the last two of four are no longer "most"); a node that falls silent after it
 is judged by the usual deadline.
 
-Detection latency bound for a node that dies right after a heartbeat:
-``lost_after + period + task latency`` (≈ 3 s + 1 s + queueing with the defaults). Beat's 1 s interval is
-its practical floor; §5.1 asks for ≤ 3 s, which needs ``UNICRON_LOST_AFTER_S`` ≈ 2 s (two missed beats)
-if the bound must hold in the worst case.
+Detection latency for a node that dies right after a heartbeat: ``lost_after`` plus the task's latency,
+not plus the beat period: a sweep that leaves a silent node watched (suspect already, or held by a mass
+silence) gives the earliest deadline among them (``HealthSweep.next_deadline_s``), and the task sweeps
+again at that moment when it comes before the next tick (``fleet.check_node_health``).
 
 Where the heartbeats are: :mod:`controlplane.apps.fleet.last_seen` (a Redis sorted set of each node's
 newest heartbeat, in the time the agent sent it). A sweep reads the nodes silent past the earlier
@@ -102,6 +102,9 @@ class HealthSweep:
     lost: list[str]
     held: list[str] = field(default_factory=list)
     """Silent past ``UNICRON_LOST_AFTER_S`` but kept suspect because of a mass silence."""
+    next_deadline_s: float | None = None
+    """When the earliest silent node this sweep left watched passes its next deadline (epoch seconds):
+    the task sweeps again then when that comes before its next tick."""
 
 
 def _lost_report_id(node: Node, last_s: float) -> uuid.UUID:
@@ -260,12 +263,14 @@ def sweep_node_health(now: datetime | None = None) -> HealthSweep:
     lost: list[str] = []
     held: list[str] = []
     holding: MassSilence | None = None
+    deadlines: list[float] = []
     for node, last_s in stale:
         silence = found
         if silence is None and episode is not None and last_s < episode.silent_before:
             # silent since the episode was seen, though most others are back (a restarted ASGI server's
             # agents reconnect one by one): still part of it, still judged by its longer deadline
             silence = MassSilence(episode.silent, episode.watched, episode.lost_after_s)
+        deadlines.append(last_s + (lost_after if silence is None else silence.lost_after_s))
         if silence is not None and failures.heartbeat_expired(last_s, now_s, silence.lost_after_s):
             if _declare_lost(node.pk, last_s, now, silence.lost_after_s, silence):
                 lost.append(node.name)
@@ -294,7 +299,10 @@ def sweep_node_health(now: datetime | None = None) -> HealthSweep:
             )
     if suspect or lost or held:
         log.warning("node health: suspect %s, lost %s, held %s", suspect, lost, held)
-    return HealthSweep(checked=len(stale), suspect=suspect, lost=lost, held=held)
+    ahead = [d for d in deadlines if d > now_s]
+    return HealthSweep(
+        checked=len(stale), suspect=suspect, lost=lost, held=held, next_deadline_s=min(ahead, default=None)
+    )
 
 
 def check_link_backlog(now: datetime | None = None) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Q
 
 from controlplane.apps.metrics.choices import MetricKind
@@ -17,6 +17,18 @@ from controlplane.apps.planning.progress import record_ranks_progress
 from controlplane.apps.training.models import TrainingTask
 from controlplane.apps.training.selectors import task_pk
 from controlplane.core.protocol import IterationStats, WorkerReport
+
+LOCK_WAIT_MS = 200
+"""How long a batch waits for a row another transaction holds (a task row that the planner or a
+calibration updates, a transition step the orchestrator moves) before it gives up and is tried again:
+the batch, not the orchestration loop, is the one that yields (a deadlock is detected only after a
+second, and PostgreSQL could have chosen the other transaction to abort)."""
+
+
+def _give_way(ms: int) -> None:
+    """Row locks this transaction waits for longer than ``ms`` fail it (``lock_timeout``)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL lock_timeout = %s", [f"{ms}ms"])
 
 
 @dataclass(frozen=True)
@@ -40,11 +52,14 @@ def record_iteration_stats(node_id: int, report: WorkerReport) -> str:
 @transaction.atomic
 def record_iteration_stats_batch(reports: list[WorkerReport]) -> Ingested:
     """Every rank's progress at the current epoch advances the task and its transition's resume step.
+    A row lock held by another transaction for longer than :data:`LOCK_WAIT_MS` fails the batch
+    (``OperationalError``; the caller tries it again).
     Rank 0's interval summary becomes the task's rate samples, the last rank's loss, validation loss,
     learning rate and gradient norm (each when the worker measured it) its training samples. Iteration
     time is the same on every rank (the step ends with a collective); tokens and model FLOPs are the
     rank's share of the global batch (the worker splits it evenly), so the task's rates are the share
     times the number of active ranks (one when none is active)."""
+    _give_way(LOCK_WAIT_MS)
     progressed = record_ranks_progress(reports)
     measured = [
         r
