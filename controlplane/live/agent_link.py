@@ -28,7 +28,8 @@ persists it through the services (``database_sync_to_async``, in the order the f
   (fencing). Iteration stats / TransitionReports of the current epoch advance the task's iteration and
   its transition's resume step; rank 0's stats → metric samples. Iteration stats are stored with the
   other links' of the process, a batch every 0.2 s (:mod:`controlplane.live.stats_batch`); the link
-  goes on with its next frame meanwhile. The node's right to speak for a rank is checked once per rank
+  goes on with its next frame meanwhile (an exit waits for them: a task completes with its last
+  iterations counted). The node's right to speak for a rank is checked once per rank
   and epoch. A rank that exits 0 after its last
   iteration counts toward the task's completion.
 - ``ack``: the outbox row is acknowledged (duplicates are harmless); a transition's command enqueues
@@ -379,6 +380,8 @@ class AgentLinkConsumer(ResilientConsumer):
         if report.event.kind == "iteration_stats":  # stored with the process's other links' stats
             stats_batch().add(report, lambda why: self._send_error(self._invalid(why, envelope)))
             return
+        if report.event.kind == "exited":  # a finished rank's last stats count before its exit does
+            await stats_batch().flushed()
         outcome = await _db(report_handler(report))(self._node_id, report)
         log.info("agent %s report %s: %s", self.node_name, report.report_id, outcome)
 

@@ -107,3 +107,29 @@ async def test_stats_the_database_cannot_take_are_kept_and_one_it_refuses_is_ans
     assert "value out of range" in reply["message"]["detail"]
     assert calls == [2, 2, 1, 1]
     assert await database_sync_to_async(MetricSample.objects.filter(task=task).count)() == 3
+
+
+async def test_a_ranks_last_stats_are_counted_before_its_exit_completes_the_task(
+    registered: Registered, connect: Connect
+) -> None:
+    """Stats wait for the process's batch while the link goes on, but a rank's exit waits for them: the
+    task completes with its last iterations counted, not a batch later."""
+    task: TrainingTask = await database_sync_to_async(TaskFactory)(state="running")
+    agent = await connect(registered.token, registered.name)
+    await agent.hello()
+    await agent.settle()
+
+    @database_sync_to_async
+    def runs_rank_zero() -> None:
+        device = Device.objects.get(node=registered.node, index=0)
+        Allocation.objects.create(task=task, device=device, rank=0, epoch=0, active=True)
+
+    await runs_rank_zero()
+    await agent.send(stats(task.pk, rank=0))  # iterations 10..17
+    exited = {**stats(task.pk, rank=0), "event": {"kind": "exited", "exit_code": 0, "expected": True}}
+    await agent.send(exited)
+    await agent.send_raw("not json")  # answered once both were handled, without waiting for the batch
+    assert (await agent.receive())["message"]["code"] == "malformed"
+
+    done = await database_sync_to_async(TrainingTask.objects.get)(pk=task.pk)
+    assert (done.state, done.iteration) == ("completed", 17)
