@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 
 import redis
 
 from controlplane.apps.fleet import last_seen
+from controlplane.live.loop_local import loop_local
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +62,5 @@ class HeartbeatBatch:
                 written.set_result(ok)
 
 
-_batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HeartbeatBatch] = weakref.WeakKeyDictionary()
-
-
-def heartbeat_batch() -> HeartbeatBatch:
-    """This event loop's batch."""
-    loop = asyncio.get_running_loop()
-    batch = _batches.get(loop)
-    if batch is None:
-        batch = _batches[loop] = HeartbeatBatch()
-    return batch
+heartbeat_batch = loop_local(HeartbeatBatch)
+"""This event loop's batch."""

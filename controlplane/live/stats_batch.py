@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Awaitable, Callable
 
 from channels.db import database_sync_to_async
@@ -29,6 +28,7 @@ from django.db import InterfaceError, OperationalError
 
 from controlplane.apps.metrics.ingest import record_iteration_stats_batch
 from controlplane.core.protocol import WorkerReport
+from controlplane.live.loop_local import loop_local
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +120,5 @@ class StatsBatch:
                     await refused(why)
 
 
-_batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StatsBatch] = weakref.WeakKeyDictionary()
-
-
-def stats_batch() -> StatsBatch:
-    """This event loop's batch."""
-    loop = asyncio.get_running_loop()
-    batch = _batches.get(loop)
-    if batch is None:
-        batch = _batches[loop] = StatsBatch()
-    return batch
+stats_batch = loop_local(StatsBatch)
+"""This event loop's batch."""
