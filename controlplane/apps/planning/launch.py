@@ -23,8 +23,8 @@ from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.choices import StepState, TransitionKind, TransitionState
 from controlplane.apps.planning.models import Plan, Transition
 from controlplane.apps.planning.selectors import (
-    ClusterView,
     HeldDevice,
+    NodeView,
     get_recent_iteration_s,
 )
 from controlplane.apps.planning.services import (
@@ -147,7 +147,7 @@ REACHABLE_NODE_STATES = (NodeState.HEALTHY, NodeState.ISOLATED, NodeState.DRAINI
 """Nodes whose agents are linked (a stop command reaches them now): not lost, joining or suspect."""
 
 
-def snapshot_replica_of(node: str, view: ClusterView) -> str | None:
+def snapshot_replica_of(node: str, view: NodeView) -> str | None:
     """The snapshot server of the peer that keeps ``node``'s in-memory snapshot copies (docs/ARCHITECTURE.md
     §7.6): the
     next usable node after it (by name, cyclically) that serves snapshots, so that losing ``node``
@@ -159,7 +159,7 @@ def snapshot_replica_of(node: str, view: ClusterView) -> str | None:
     return str(view.nodes_by_name[(after or names)[0]].snapshot_endpoint)
 
 
-def _node_serving(view: ClusterView, endpoint: str | None) -> str | None:
+def _node_serving(view: NodeView, endpoint: str | None) -> str | None:
     if not endpoint:
         return None
     return next((n for n, row in view.nodes_by_name.items() if row.snapshot_endpoint == endpoint), None)
@@ -174,7 +174,7 @@ def start_transition(
     kind: TransitionKind,
     held: Sequence[HeldDevice],
     alive: set[int],
-    view: ClusterView,
+    view: NodeView,
     failure_event: FailureEvent | None,
     config: dict[str, Any],
     survivors: list[tuple[int, int]] | None = None,

@@ -9,9 +9,7 @@ from controlplane.apps.planning.launch import start_transition
 from controlplane.apps.planning.locking import orchestration_lock
 from controlplane.apps.planning.models import Plan, Transition
 from controlplane.apps.planning.records import TaskDecision, config_record
-from controlplane.apps.planning.selectors import (
-    load_cluster,
-)
+from controlplane.apps.planning.selectors import load_task_view
 from controlplane.apps.planning.services import (
     PlanRecord,
     do_record_plan,
@@ -65,8 +63,7 @@ def restart_in_place(
     """sev2 (restart) / sev3 (retry): same devices and ranks, a new epoch and rendezvous. Returns None
     when the task holds no usable allocation any more (the caller re-plans instead)."""
     orchestration_lock()
-    view = load_cluster()
-    held = view.held.get(task.pk, [])
+    view, held = load_task_view(task)
     if not held or any(not h.usable for h in held) or not task.parallel_config:
         return None
     placements, layout = same_placements(task)

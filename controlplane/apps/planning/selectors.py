@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -110,15 +110,22 @@ class HeldDevice:
 
 
 @dataclass
-class ClusterView:
+class NodeView:
+    """The nodes a transition's commands and state sources need: every node by name, and the usable ones
+    (healthy, not quarantined, with a healthy device of the planning kind) in name order."""
+
+    nodes_by_name: dict[str, Node]
+    usable_nodes: list[str]
+
+
+@dataclass
+class ClusterView(NodeView):
     """Everything the workload manager reads from the database for one decision."""
 
     device_kind: str
     kind: DeviceKind
     usable: list[DeviceSlot]
     """Usable devices of the planning kind (the capacity every task may be placed on)."""
-    usable_nodes: list[str]
-    nodes_by_name: dict[str, Node]
     tasks: list[TrainingTask]
     held: dict[int, list[HeldDevice]] = field(default_factory=dict)
     """task pk -> its active allocation (every device, usable or not), by rank."""
@@ -144,12 +151,46 @@ class ClusterView:
         return [d for d in slots if d not in self.reserved]
 
 
-def _planning_kind(devices: list[tuple[str, bool]]) -> str:
-    usable = Counter(k for k, ok in devices if ok)
-    if usable:
-        return max(sorted(usable), key=lambda k: usable[k])
-    every = Counter(k for k, _ in devices)
-    return max(sorted(every), key=lambda k: every[k]) if every else DEFAULT_DEVICE_KIND
+def _planning_kind(usable: Mapping[str, int], every: Mapping[str, int]) -> str:
+    """The kind with most usable devices (by name on a tie); with none usable, the kind with most devices."""
+    counts = usable or every
+    return max(sorted(counts), key=counts.__getitem__) if counts else DEFAULT_DEVICE_KIND
+
+
+def _devices_per_kind(devices: QuerySet[Device]) -> dict[str, int]:
+    return dict(devices.order_by().values_list("kind").annotate(n=Count("pk")).values_list("kind", "n"))
+
+
+def _usable_devices() -> QuerySet[Device]:
+    return Device.objects.filter(
+        state=DeviceState.HEALTHY, node__state=NodeState.HEALTHY, node__quarantined=False
+    )
+
+
+def load_task_view(task: TrainingTask) -> tuple[NodeView, list[HeldDevice]]:
+    """The nodes and ``task``'s active allocation by rank, each device usable (or reserved for it) exactly as
+    :func:`load_cluster` judges it, without reading the fleet's devices: what an in-place recovery needs,
+    since the task keeps its devices."""
+    kind = _planning_kind(_devices_per_kind(_usable_devices()), _devices_per_kind(Device.objects.all()))
+    nodes = list(Node.objects.all())
+    usable = set(_usable_devices().filter(kind=kind).order_by().values_list("node_id", flat=True).distinct())
+    view = NodeView(
+        nodes_by_name={n.name: n for n in nodes},
+        usable_nodes=sorted(n.name for n in nodes if n.pk in usable),
+    )
+    held = []
+    for a in (
+        Allocation.objects.filter(task=task, active=True).select_related("device__node").order_by("rank")
+    ):
+        device, node = a.device, a.device.node
+        ok = (
+            device.kind == kind
+            and device.state == DeviceState.HEALTHY
+            and not node.quarantined
+            and node.state in (NodeState.HEALTHY, NodeState.SUSPECT)
+        )
+        held.append(HeldDevice(DeviceSlot(node.name, device.index, device.pk), a.rank, ok))
+    return view, held
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +223,7 @@ def load_cluster() -> ClusterView:
         return n.state == NodeState.SUSPECT and not n.quarantined
 
     rows = [(d.kind, node_ok(nodes[d.node_id]) and d.state == DeviceState.HEALTHY) for d in devices]
-    kind_name = _planning_kind(rows)
+    kind_name = _planning_kind(Counter(k for k, ok in rows if ok), Counter(k for k, _ in rows))
     of_kind = [d for d in devices if d.kind == kind_name]
     memory = min((d.memory_bytes for d in of_kind), default=0)
     per_node = Counter(d.node_id for d in of_kind)
@@ -369,14 +410,8 @@ def build_planning_problem(hit_tasks: Iterable[int] = (), *, healthy: bool = Fal
     problem = build_cluster_state(hit_tasks).problem
     if not healthy:
         return problem
-    per_kind: dict[str, int] = dict(
-        Device.objects.filter(node__quarantined=False)
-        .order_by()
-        .values_list("kind")
-        .annotate(n=Count("pk"))
-        .values_list("kind", "n")
-    )
-    kind = max(sorted(per_kind), key=per_kind.__getitem__) if per_kind else DEFAULT_DEVICE_KIND
+    per_kind = _devices_per_kind(Device.objects.filter(node__quarantined=False))
+    kind = _planning_kind(per_kind, per_kind)
     total = per_kind.get(kind, 0)
     tasks = tuple(replace(t, workers=0, reserved=0, hit=False) for t in problem.tasks)
     return replace(problem, tasks=tasks, capacity_units=total)

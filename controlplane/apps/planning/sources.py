@@ -13,8 +13,8 @@ from controlplane.apps.fleet.authority import trusted_snapshot_holders
 from controlplane.apps.planning.models import Transition
 from controlplane.apps.planning.records import config_record, read_decisions
 from controlplane.apps.planning.selectors import (
-    ClusterView,
     HeldDevice,
+    NodeView,
 )
 from controlplane.apps.training.models import TrainingTask
 from controlplane.apps.training.selectors import get_task_recipe, latest_checkpoint_iteration
@@ -42,7 +42,7 @@ def state_sources(
     layout: Layout,
     held: Sequence[HeldDevice],
     alive: set[int],
-    view: ClusterView | None = None,
+    view: NodeView | None = None,
 ) -> tuple[list[StateSource], int]:
     """Nearest-principle sources per new rank (``core.transitions``), and the planned rollback."""
     old = task.parallel_config or {}
@@ -88,7 +88,7 @@ def epoch_layouts(task: TrainingTask) -> dict[int, tuple[int, int, int]]:
 
 
 def snapshot_copies(
-    task: TrainingTask, view: ClusterView, old_layout: tuple[int, int] | None
+    task: TrainingTask, view: NodeView, old_layout: tuple[int, int] | None
 ) -> list[SnapshotCopy]:
     """Complete in-memory snapshots of ``task`` on usable nodes, as their agents last listed them
     (``core.transitions.complete_snapshot_copies``), of any epoch whose layout is known
