@@ -12,7 +12,9 @@ reported, in one process under a profile hook) against ``DATABASE_URL``/``REDIS_
 servers, and prints the project modules the crash passed through, in the order they were first entered,
 and how many times the path came back to a module it had left (consecutive calls within one module are one
 step), for every project module and for the orchestration modules alone (apps and live, without the pure
-core).
+core); and the calls on that path that go against the layers (into a component above the caller's: the apps'
+layers as the import-linter contract in ``pyproject.toml`` states them, the transport above them, the pure
+core below), which no import allows, so each is a registered callback or a signal.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -188,6 +191,47 @@ def measure() -> Figures:
     )
 
 
+def app_layers() -> list[set[str]]:
+    """The apps' layers, top first, as the import-linter contract in ``pyproject.toml`` states them."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        if contract.get("type") == "layers" and contract.get("containers") == ["controlplane.apps"]:
+            return [
+                {f"controlplane.apps.{app.strip()}" for app in layer.split("|")}
+                for layer in contract["layers"]
+            ]
+    raise SystemExit("pyproject.toml has no layers contract for controlplane.apps")
+
+
+def layer_rank(component: str, layers: list[set[str]]) -> int | None:
+    """0 for the transport (the agent link and the dashboard's sockets), then the apps' layers, the pure core
+    last; None for a component outside the layering: the agents, and the configuration, whose logging filters
+    and settings every layer reaches by design."""
+    if component == "controlplane.live":
+        return 0
+    for i, layer in enumerate(layers):
+        if component in layer:
+            return i + 1
+    if component == "controlplane.core":
+        return len(layers) + 1
+    return None
+
+
+def calls_against_the_layers(calls: list[list[object]]) -> list[tuple[str, str, int]]:
+    """Of the traced calls between project modules, those into a component of a higher layer than the
+    caller's: the loop does not read in one direction where they happen (the import contracts forbid such
+    imports, so each goes through a signal, a callback or a task queue)."""
+    layers = app_layers()
+    out = []
+    for caller, callee, n in calls:
+        if not (isinstance(caller, str) and isinstance(callee, str) and isinstance(n, int)):
+            raise TypeError(f"a traced call is [caller, callee, count], not {[caller, callee, n]}")
+        a, b = layer_rank(component_of(caller), layers), layer_rank(component_of(callee), layers)
+        if a is not None and b is not None and b < a:
+            out.append((caller, callee, n))
+    return out
+
+
 def trace_crash_path() -> dict[str, object]:
     """Run the crash-path probe in a pytest process of its own; returns what it wrote."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,6 +262,16 @@ def print_trace(trace: dict[str, object]) -> None:
             f"{figures['returns']} returns to a module already left"
         )
         print("  " + " > ".join(str(m).removeprefix("controlplane.") for m in figures["order"]))
+    calls = trace["calls"]
+    assert isinstance(calls, list)
+    between = {(component_of(a), component_of(b)) for a, b, _ in calls if component_of(a) != component_of(b)}
+    upward = calls_against_the_layers(calls)
+    print(
+        f"calls between components on the crash path: {len(between)} pairs; against the layers: "
+        f"{len(upward)} module pairs ({sum(n for _, _, n in upward)} calls)"
+    )
+    for caller, callee, n in upward:
+        print(f"  - {caller} -> {callee} ({n}x)")
 
 
 def main() -> None:
@@ -243,7 +297,10 @@ def main() -> None:
     if args.trace:
         trace = trace_crash_path()
         print_trace(trace)
-        result["crash_path"] = {k: trace[k] for k in ("all", "orchestration", "commands", "transition")}
+        result["crash_path"] = {
+            k: trace[k] for k in ("all", "orchestration", "commands", "transition", "calls")
+        }
+        result["crash_path_against_the_layers"] = calls_against_the_layers(trace["calls"])  # type: ignore[arg-type]
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

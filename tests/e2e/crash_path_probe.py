@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,13 @@ PACKAGES = ("controlplane.", "agents.")
 
 
 class ModuleTrace:
-    """Project modules entered, in order, from every thread (consecutive repeats collapsed)."""
+    """Project modules entered, in order, from every thread (consecutive repeats collapsed), and every call
+    from one project module into another. The caller is the nearest project frame up the callee's stack: a
+    call through a library (a Django signal, an on-commit hook) counts as made by the module that made it."""
 
     def __init__(self) -> None:
         self.steps: list[str] = []
+        self.calls: Counter[tuple[str, str]] = Counter()
         self.lock = threading.Lock()
         self.on = False
 
@@ -49,9 +53,14 @@ class ModuleTrace:
         name = frame.f_globals.get("__name__", "")
         if not name.startswith(PACKAGES):
             return
+        caller = frame.f_back
+        while caller is not None and not caller.f_globals.get("__name__", "").startswith(PACKAGES):
+            caller = caller.f_back
         with self.lock:
             if not self.steps or self.steps[-1] != name:
                 self.steps.append(name)
+            if caller is not None and caller.f_globals["__name__"] != name:
+                self.calls[(caller.f_globals["__name__"], name)] += 1
 
     def __enter__(self) -> ModuleTrace:
         sys.setprofile(self.hook)
@@ -183,6 +192,7 @@ async def test_the_path_of_a_worker_crash(registered: Registered, connect: Conne
     assert transition is not None
     out = {
         "modules": trace.steps,
+        "calls": [[caller, callee, n] for (caller, callee), n in sorted(trace.calls.items())],
         "commands": [c.get("type") for c in commands],
         "transition": {"kind": transition.kind, "state": transition.state},
         # every project module, then the orchestration modules alone (apps and live: what the loop's
