@@ -724,6 +724,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
         "failures_answered": len(failure_s),
         "failure_to_command_p50_s": _round(pct(failure_s, 50)),
         "failure_to_command_p99_s": _round(pct(failure_s, 99)),
+        "failure_to_command_s": [_round(x) for x in failure_s],  # in the order injected
         "summary_p50_s": _round(pct(summary_s, 50)),
         "summary_p99_s": _round(pct(summary_s, 99)),
         "summary_status": summary_status,
