@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -55,6 +56,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import psutil
+from asgiref.sync import sync_to_async
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -478,7 +480,6 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
 
 async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]:
     import redis
-    from asgiref.sync import sync_to_async
     from django.db import connection, connections
 
     from controlplane.apps.fleet.models import Node
@@ -617,6 +618,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
     from controlplane.core.protocol import WorkerException, WorkerReport
 
     failure_s: list[float] = []
+    answered: list[tuple[str, str, float, float]] = []
     failed_tasks = 0
     for task_id in sorted({t for e in nodes for t in e.running})[: args.failures]:
         holder = next((e for e in nodes if task_id in e.running), None)
@@ -647,9 +649,11 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
             arrivals = [t for e in nodes for _k, tid, t in e.task_commands if tid == task_id and t >= sent_at]
             if arrivals:
                 failure_s.append(min(arrivals) - sent_at)
+                answered.append((report.report_id, task_id, sent_at, min(arrivals)))
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)
+    stages = await failure_stages(answered)
 
     # operator command -> agent: drains committed through the services, timed to the frame's arrival
     @sync_to_async
@@ -725,6 +729,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
         "failure_to_command_p50_s": _round(pct(failure_s, 50)),
         "failure_to_command_p99_s": _round(pct(failure_s, 99)),
         "failure_to_command_s": [_round(x) for x in failure_s],  # in the order injected
+        "failure_stages_s": stages,
         "summary_p50_s": _round(pct(summary_s, 50)),
         "summary_p99_s": _round(pct(summary_s, 99)),
         "summary_status": summary_status,
@@ -741,6 +746,39 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
         "postgres_cpu_percent": pg_cpu,
         "steady_s": round(window, 1),
     }
+
+
+@sync_to_async
+def failure_stages(answered: list[tuple[str, str, float, float]]) -> dict[str, list[float | None]]:
+    """Where each answered failure's time went, from the rows (one clock, this machine's): report sent ->
+    its handling claimed (the settle window and the link storing the report), claimed -> the first command
+    row of the task (the failure handler), command row -> sent on its link (the commit, the wake-up and the
+    link's outbox read), sent -> read by the emulated agent."""
+    from controlplane.apps.fleet.models import AgentCommand
+    from controlplane.apps.incidents.models import FailureEvent
+
+    out: dict[str, list[float | None]] = {
+        "to_claimed": [],
+        "to_command_row": [],
+        "to_sent": [],
+        "to_read": [],
+    }
+    for report_id, task_id, sent_at, read_at in answered:
+        event = FailureEvent.objects.filter(report_id=report_id).first()
+        command = (
+            AgentCommand.objects.filter(
+                task_id=int(task_id), created_at__gte=datetime.fromtimestamp(sent_at, UTC)
+            )
+            .order_by("created_at")
+            .first()
+        )
+        claimed = event.handling_claimed_at.timestamp() if event and event.handling_claimed_at else None
+        created = command.created_at.timestamp() if command else None
+        sent = command.sent_at.timestamp() if command and command.sent_at else None
+        marks = [sent_at, claimed, created, sent, read_at]
+        for key, (a, b) in zip(out, itertools.pairwise(marks), strict=True):
+            out[key].append(_round(b - a) if a is not None and b is not None else None)
+    return out
 
 
 def _link_delay() -> Any:
@@ -825,6 +863,21 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
             f"{k} {v['cpu_percent']} % / {v['rss_mb']} MB" for k, v in r["process_usage"].items()
         )
         lines.append(f"- {r['nodes']} nodes: {usage}")
+    lines += [
+        "",
+        "Where each answered failure's time went (median / max, s): report sent -> handling claimed",
+        "(the settle window and the link storing the report), -> first command row (the failure",
+        "handler), -> sent on its link (the commit, the wake-up, the link's outbox read), -> read by the",
+        "emulated agent:",
+        "",
+    ]
+    for r in results:
+        stages = r.get("failure_stages_s") or {}
+        cells = []
+        for key, values in stages.items():
+            known = sorted(v for v in values if v is not None)
+            cells.append(f"{key} {_round(pct(known, 50))} / {known[-1] if known else None}")
+        lines.append(f"- {r['nodes']} nodes: " + ("; ".join(cells) or "not measured"))
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
