@@ -171,7 +171,10 @@ def load_task_view(task: TrainingTask) -> tuple[NodeView, list[HeldDevice]]:
     """The nodes and ``task``'s active allocation by rank, each device usable (or reserved for it) exactly as
     :func:`load_cluster` judges it, without reading the fleet's devices: what an in-place recovery needs,
     since the task keeps its devices."""
-    kind = _planning_kind(_devices_per_kind(_usable_devices()), _devices_per_kind(Device.objects.all()))
+    usable_per_kind = _devices_per_kind(_usable_devices())
+    # every device is counted only when none is usable (the kind is then the most numerous)
+    every = {} if usable_per_kind else _devices_per_kind(Device.objects.all())
+    kind = _planning_kind(usable_per_kind, every)
     nodes = list(Node.objects.all())
     usable = set(_usable_devices().filter(kind=kind).order_by().values_list("node_id", flat=True).distinct())
     view = NodeView(
