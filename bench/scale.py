@@ -66,6 +66,11 @@ GB = 2**30
 ITERATION_S = 0.5
 """An emulated task's iteration time (what its ranks report)."""
 STATS_INTERVAL_S, QUIET_STATS_INTERVAL_S = 1.0, 10.0
+SUSPECT_AFTER_S = 2.0
+"""The control plane's suspect deadline (``UNICRON_SUSPECT_AFTER_S``, read from its settings in ``main``)."""
+HEAL_SLACK_S = 3.0
+"""A node seen suspect or lost this long after its own silence ended is still counted as that silence's
+verdict (the sample is once a second, and a node returns on the next heartbeat the link reads)."""
 """How often a rank reports its stats: ranks 0 and last, the others (as ``agents.worker_monitor``)."""
 
 
@@ -107,6 +112,12 @@ class EmulatedNode:
     silenced: bool = False
     last_sent: float = 0.0
     connected: bool = False
+    dropped: bool = False
+    """Its link dropped since its last heartbeat (the server marks a closed link's node suspect)."""
+    silences: list[tuple[float, float]] = field(default_factory=list)
+    """(earliest verdict, next heartbeat sent) where this node itself fell silent past the suspect deadline
+    (earliest verdict: its last heartbeat + the deadline) or its link dropped (earliest verdict: its last
+    heartbeat): a verdict on it then is the server keeping its rule, not a false one."""
     socket: Any = None
     commands: list[tuple[str, str, float]] = field(default_factory=list)
     """(command type, command id, arrival time)."""
@@ -116,6 +127,14 @@ class EmulatedNode:
     """task id -> the ranks this node runs for it now."""
     launched: set[str] = field(default_factory=set)
     """Every task a start_workers was received for."""
+
+    def silent_at(self, at: float) -> bool:
+        """Whether a verdict seen at ``at`` is this node's own silence: it was silent past the suspect
+        deadline (or its link dropped) then, or that silence ended at most ``HEAL_SLACK_S`` before."""
+        last = self.last_sent
+        if self.dropped or (last and at - last >= SUSPECT_AFTER_S):
+            return True
+        return any(a <= at <= b + HEAL_SLACK_S for a, b in self.silences)
 
     def take(self, message: Any) -> None:
         """What a command does to the ranks this node runs."""
@@ -296,7 +315,13 @@ class Fleet:
                                 next_at = time.monotonic()
                                 continue
                             self.lag.append(time.monotonic() - next_at)
-                            node.last_sent = time.time()
+                            now = time.time()
+                            if node.last_sent and node.dropped:
+                                node.silences.append((node.last_sent, now))
+                            elif node.last_sent and now - node.last_sent >= SUSPECT_AFTER_S:
+                                node.silences.append((node.last_sent + SUSPECT_AFTER_S, now))
+                            node.dropped = False
+                            node.last_sent = now
                             await ws.send(self.frame(node, Heartbeat(uptime_s=1.0, workers=node.workers())))
                             self.sent += 1
                             for report in node.due_stats():
@@ -307,6 +332,7 @@ class Fleet:
                         receiver.cancel()
             except Exception:  # the link dropped: reconnect as an agent would
                 node.connected = False
+                node.dropped = True
                 await asyncio.sleep(1.0 + random.random())
 
 
@@ -327,10 +353,14 @@ class Probe:
 
     ages: list[float] = field(default_factory=list)
     unhealthy_seen: dict[str, str] = field(default_factory=dict)
+    """node -> state: suspect or lost though the node kept sending (false verdicts)."""
+    earned_seen: dict[str, str] = field(default_factory=dict)
+    """node -> state: suspect or lost while the emulator itself held the node silent past the deadline (its
+    generator lag) or its link had dropped: the server kept its rule."""
     healthy_min: int | None = None
     healthy_max: int | None = None
 
-    def sample(self, n_nodes: int, silenced: set[str]) -> None:
+    def sample(self, n_nodes: int, silenced: set[str], fleet: dict[str, EmulatedNode]) -> None:
         from controlplane.apps.fleet.models import Node
 
         now = time.time()
@@ -341,7 +371,11 @@ class Probe:
         self.healthy_max = healthy if self.healthy_max is None else max(self.healthy_max, healthy)
         for name, state in states.items():
             if state in ("suspect", "lost") and name not in silenced:
-                self.unhealthy_seen.setdefault(name, state)
+                node = fleet.get(name)
+                if node is not None and node.silent_at(now):
+                    self.earned_seen.setdefault(name, state)
+                else:
+                    self.unhealthy_seen.setdefault(name, state)
 
 
 LAST_SEEN_KEY = "unicron:liveness:last-seen"
@@ -505,6 +539,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
     await sync_to_async(connections.close_all)()
     nodes = await register()
     fleet = Fleet(system.agent_urls, nodes)
+    by_name = {e.name: e for e in nodes}
     probe = Probe()
     began = time.monotonic()
     urls = fleet.urls
@@ -521,10 +556,10 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
         if await healthy_count() == n:
             join_s = time.monotonic() - began
             break
-        await sync_to_async(probe.sample)(n, set())
+        await sync_to_async(probe.sample)(n, set(), by_name)
         await asyncio.sleep(1.0)
     say(f"N={n}: links open after {connect_s}, all healthy after {join_s}")
-    cold_false = dict(probe.unhealthy_seen)
+    cold_false, cold_earned = dict(probe.unhealthy_seen), dict(probe.earned_seen)
 
     # training tasks (simulated workers): submitted once the fleet is healthy; launched when the nodes
     # receive their start_workers commands
@@ -603,7 +638,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
     summary_task = asyncio.ensure_future(poll_summary())
     steady_end = time.monotonic() + args.steady_s
     while time.monotonic() < steady_end:
-        await sync_to_async(steady_probe.sample)(n, set())
+        await sync_to_async(steady_probe.sample)(n, set(), by_name)
         await asyncio.sleep(1.0)
     summary_task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -668,7 +703,6 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
             return None
         return at
 
-    by_name = {e.name: e for e in nodes}
     command_s: list[float] = []
     drained = random.sample([e.name for e in nodes], min(args.commands, n - 1))
     for name in drained:
@@ -697,21 +731,32 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
         await asyncio.sleep(0.05)
 
     delay = await sync_to_async(_link_delay)()
-    false_events = await sync_to_async(
-        lambda: FailureEvent.objects.filter(kind="node_lost").exclude(node__name=victim.name).count()
+    lost_events = await sync_to_async(
+        lambda: list(
+            FailureEvent.objects.filter(kind="node_lost")
+            .exclude(node__name=victim.name)
+            .values_list("node__name", "detected_at")
+        )
     )()
+    earned_events = [
+        name for name, at in lost_events if name in by_name and by_name[name].silent_at(at.timestamp())
+    ]
+    false_events = len(lost_events) - len(earned_events)
     fleet.stop.set()
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await sync_to_async(connections.close_all)()
     false_states = {**cold_false, **steady_probe.unhealthy_seen}
+    earned_states = {**cold_earned, **steady_probe.earned_seen}
     return {
         "connect_s": None if connect_s is None else round(connect_s, 2),
         "join_s": None if join_s is None else round(join_s, 2),
         "false_verdicts": len(false_states) + false_events,
         "false_verdict_nodes": sorted(false_states)[:20],
         "false_node_lost_events": false_events,
+        "verdicts_on_emulator_silence": len(earned_states) + len(earned_events),
+        "emulator_silenced_nodes": sorted(earned_states)[:20],
         "healthy_min_max_steady": [steady_probe.healthy_min, steady_probe.healthy_max],
         "heartbeat_age_p50_s": _round(pct(steady_probe.ages, 50)),
         "heartbeat_age_p99_s": _round(pct(steady_probe.ages, 99)),
@@ -751,13 +796,15 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
 @sync_to_async
 def failure_stages(answered: list[tuple[str, str, float, float]]) -> dict[str, list[float | None]]:
     """Where each answered failure's time went, from the rows (one clock, this machine's): report sent ->
-    its handling claimed (the settle window and the link storing the report), claimed -> the first command
+    stored by its link (the failure event's ``detected_at``), -> its handling claimed (the settle window
+    and the Celery queue), claimed -> the first command
     row of the task (the failure handler), command row -> sent on its link (the commit, the wake-up and the
     link's outbox read), sent -> read by the emulated agent."""
     from controlplane.apps.fleet.models import AgentCommand
     from controlplane.apps.incidents.models import FailureEvent
 
     out: dict[str, list[float | None]] = {
+        "to_stored": [],
         "to_claimed": [],
         "to_command_row": [],
         "to_sent": [],
@@ -775,7 +822,8 @@ def failure_stages(answered: list[tuple[str, str, float, float]]) -> dict[str, l
         claimed = event.handling_claimed_at.timestamp() if event and event.handling_claimed_at else None
         created = command.created_at.timestamp() if command else None
         sent = command.sent_at.timestamp() if command and command.sent_at else None
-        marks = [sent_at, claimed, created, sent, read_at]
+        stored = event.detected_at.timestamp() if event else None
+        marks = [sent_at, stored, claimed, created, sent, read_at]
         for key, (a, b) in zip(out, itertools.pairwise(marks), strict=True):
             out[key].append(_round(b - a) if a is not None and b is not None else None)
     return out
@@ -793,6 +841,8 @@ def _round(x: float | None) -> float | None:
 
 # ------------------------------------------------------------------------------------------- main
 def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[str, Any]) -> None:
+    from django.conf import settings as django_settings
+
     RESULTS.mkdir(parents=True, exist_ok=True)
     doc = {
         "bench": "scale",
@@ -805,8 +855,8 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
         "settings": {
             "steady_s": args.steady_s,
             "devices_per_node": DEVICES,
-            "suspect_after_s": 2.0,
-            "lost_after_s": 3.0,
+            "suspect_after_s": SUSPECT_AFTER_S,
+            "lost_after_s": float(django_settings.UNICRON_LOST_AFTER_S),
         },
         "results": results,
     }
@@ -817,6 +867,7 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
         ("links open after (s)", "connect_s"),
         ("all healthy after (s)", "join_s"),
         ("false verdicts (cold start + steady)", "false_verdicts"),
+        ("verdicts on nodes the emulator itself held silent", "verdicts_on_emulator_silence"),
         ("heartbeat age p50 / p99 (s)", ("heartbeat_age_p50_s", "heartbeat_age_p99_s")),
         ("agent link delay p50 / p99 (s)", ("link_delay_p50_s", "link_delay_p99_s")),
         ("silenced node lost after its last sent heartbeat (s)", "silenced_node_lost_after_s"),
@@ -865,8 +916,8 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
         lines.append(f"- {r['nodes']} nodes: {usage}")
     lines += [
         "",
-        "Where each answered failure's time went (median / max, s): report sent -> handling claimed",
-        "(the settle window and the link storing the report), -> first command row (the failure",
+        "Where each answered failure's time went (median / max, s): report sent -> stored by the link,",
+        "-> handling claimed (the settle window, the Celery queue), -> first command row (the failure",
         "handler), -> sent on its link (the commit, the wake-up, the link's outbox read), -> read by the",
         "emulated agent:",
         "",
@@ -931,6 +982,10 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.conf import settings
+
+    global SUSPECT_AFTER_S
+    SUSPECT_AFTER_S = float(settings.UNICRON_SUSPECT_AFTER_S)
     signal.signal(signal.SIGTERM, stop_on_sigterm)  # as Ctrl-C: the control plane started here is stopped
     load: dict[str, Any] = {"start": [round(x, 2) for x in os.getloadavg()]}
     results = []
