@@ -4,6 +4,7 @@ ends; nothing a test started outlives the run (see :mod:`tests.processes`)."""
 from __future__ import annotations
 
 import atexit
+from collections.abc import Iterator
 
 import pytest
 
@@ -33,6 +34,16 @@ def django_db_modify_db_settings() -> None:
     from django.conf import settings
 
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """pytest-django's, and then: the agent links' failure lane keeps its own database connection on its
+    own thread, closed before the test database is dropped."""
+    yield
+    from controlplane.live.failure_lane import close_lane_connection
+
+    close_lane_connection()
 
 
 @pytest.hookimpl(trylast=True)

@@ -100,6 +100,7 @@ from controlplane.core.protocol import (
     decode_agent_frame,
     encode,
 )
+from controlplane.live.failure_lane import on_failure_lane
 from controlplane.live.frame_checks import bearer_token, check_frame_order
 from controlplane.live.link_liveness import LinkLiveness
 from controlplane.live.resilient_consumer import ResilientConsumer
@@ -368,9 +369,12 @@ class AgentLinkConsumer(ResilientConsumer):
                 )
             )
             return
+        handler = report_handler(report)
+        # a failure's evidence does not wait behind the process's other database work
+        db = on_failure_lane if handler is record_failure_report else _db
         held = (report.task_id, report.epoch, report.rank)
         if held not in self._held:  # a fact about the past: checked once per rank and epoch
-            refusal = await _db(check_worker_report)(self._node_id, report)
+            refusal = await db(check_worker_report)(self._node_id, report)
             if refusal is not None:
                 await self._refuse(envelope, "agent_report_refused", [refusal])
                 return
@@ -382,7 +386,7 @@ class AgentLinkConsumer(ResilientConsumer):
             return
         if report.event.kind == "exited":  # a finished rank's last stats count before its exit does
             await stats_batch().flushed()
-        outcome = await _db(report_handler(report))(self._node_id, report)
+        outcome = await db(handler)(self._node_id, report)
         log.info("agent %s report %s: %s", self.node_name, report.report_id, outcome)
 
     async def _on_ack(self, envelope: AgentEnvelope) -> None:
@@ -454,11 +458,11 @@ class AgentLinkConsumer(ResilientConsumer):
     # --- frames to the agent -----------------------------------------------------------------------
 
     async def _send_pending(self, outbox: Outbox | None = None) -> None:
-        """Send what the node's outbox holds (``outbox``: as read already; None: read it now): snapshot
-        keys not yet granted on this socket, then the pending commands in order; one database call
-        before, one after."""
+        """Send what the node's outbox holds (``outbox``: as read already; None: read it now, on the
+        failure lane: a command may be a failure's answer): snapshot keys not yet granted on this socket,
+        then the pending commands in order; one database call before, one after."""
         if outbox is None:
-            outbox = await _db(read_outbox)(self._node_id)
+            outbox = await on_failure_lane(read_outbox)(self._node_id)
         for task_id, secret in outbox.snapshot_keys.items():
             if (task_id, secret) not in self._granted:
                 self._granted.add((task_id, secret))
@@ -475,7 +479,7 @@ class AgentLinkConsumer(ResilientConsumer):
             await self._send_envelope(message)
             sent.append(row)
         if sent or undeliverable:
-            await _db(settle_sends)(sent, undeliverable)
+            await on_failure_lane(settle_sends)(sent, undeliverable)
 
     async def _send_error(self, error: ProtocolError) -> None:
         await self._send_envelope(error)
