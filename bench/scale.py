@@ -423,7 +423,8 @@ def process_usage(pids: dict[str, int], window_s: float) -> dict[str, dict[str, 
     for name, pid in pids.items():
         with contextlib.suppress(psutil.Error):
             p = psutil.Process(pid)
-            group = [p, *p.children(recursive=True)]
+            # this process (the emulated fleet) is the control plane's parent: its own share only
+            group = [p] if pid == os.getpid() else [p, *p.children(recursive=True)]
             for q in group:
                 q.cpu_percent(None)
             procs[name] = group
