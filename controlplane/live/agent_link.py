@@ -32,6 +32,9 @@ persists it through the services (``database_sync_to_async``, in the order the f
   iterations counted). The node's right to speak for a rank is checked once per rank
   and epoch. A rank that exits 0 after its last
   iteration counts toward the task's completion.
+- commands: a command committed to the node's outbox wakes its link through the channel layer, and the
+  link reads and sends what is pending at once, on a task of its own and on the failure lane
+  (:mod:`controlplane.live.failure_lane`), not behind the link's queued frames.
 - ``ack``: the outbox row is acknowledged (duplicates are harmless); a transition's command enqueues
   ``planning.advance_transition``.
 - a node that comes back (hello / heartbeat after suspect or lost, once its agent is not warming)
@@ -171,7 +174,12 @@ class AgentLinkConsumer(ResilientConsumer):
     _liveness: LinkLiveness
     _work: SequencedWork | None = None
     _send_lock: asyncio.Lock
-    _pending_sends_queued: bool = False
+    _outbox_lock: asyncio.Lock
+    """One outbox read-and-send at a time (a wake-up's, the hello's)."""
+    _greeted: bool = False
+    """The hello was handled (it sent what was pending): wake-ups send from then on."""
+    _sends_due: bool = False
+    _sender: asyncio.Task[None] | None = None
 
     def link_name(self) -> str:
         return self.node_name
@@ -179,6 +187,8 @@ class AgentLinkConsumer(ResilientConsumer):
     def stopped(self) -> None:
         if self._work is not None:  # the server may cancel a consumer slow to close: its work goes too
             self._work.cancel()
+        if self._sender is not None and not self._sender.done():
+            self._sender.cancel()
 
     @property
     def _node_id(self) -> int:
@@ -195,6 +205,7 @@ class AgentLinkConsumer(ResilientConsumer):
         self._granted = set()
         self._held = set()
         self._send_lock = asyncio.Lock()
+        self._outbox_lock = asyncio.Lock()
         await self.accept()
         token = bearer_token(self.scope)
         try:
@@ -237,6 +248,8 @@ class AgentLinkConsumer(ResilientConsumer):
             return
         if self._work is not None:  # the frames received before the socket closed go first
             await self._work.finish()
+        if self._sender is not None and not self._sender.done():  # unsent rows stay pending: re-sent
+            self._sender.cancel()
         await stats_batch().flushed()
         try:
             await self.channel_layer.group_discard(agent_group(self.node_name), self.channel_name)
@@ -337,7 +350,9 @@ class AgentLinkConsumer(ResilientConsumer):
             envelope.session,
             state,
         )
-        await self._send_pending(outbox)
+        async with self._outbox_lock:
+            await self._send_pending(outbox)
+        self._greeted = True
         # its heartbeats waited behind all of this; the hello is handled once Redis has the node's time
         await asyncio.shield(self._liveness.record_last_seen(time.time()))
 
@@ -434,16 +449,23 @@ class AgentLinkConsumer(ResilientConsumer):
     # --- channel-layer events -----------------------------------------------------------------------
 
     async def agent_command(self, message: dict[str, Any]) -> None:
-        """A command was committed to this node's outbox."""
-        if self.session is None or self._pending_sends_queued:
-            return  # before hello, hello itself sends everything pending; or a send is queued already
-        self._pending_sends_queued = True
+        """A command was committed to this node's outbox: it is sent at once, on a task of its own (not
+        behind the link's other database work: a failure's answer must not wait for the link's queued
+        acks or heartbeats). Before the hello is handled nothing is sent (the hello sends all that is
+        pending); a wake-up while a send is due already is taken by that send."""
+        if not self._greeted or self._sends_due:
+            return
+        self._sends_due = True
+        self._sender = asyncio.ensure_future(self._send_woken())
 
-        async def send() -> None:
-            self._pending_sends_queued = False
-            await self._send_pending()
-
-        self._enqueue(send)
+    async def _send_woken(self) -> None:
+        async with self._outbox_lock:
+            self._sends_due = False  # a wake-up from here on needs another send
+            try:
+                await self._send_pending()
+            except Exception:
+                log.exception("agent %s: pending commands could not be sent", self.node_name)
+                await self.close(code=CLOSE_INTERNAL)
 
     async def node_state(self, message: dict[str, Any]) -> None:
         """The node's state changed (``fleet.outbox.NODE_STATE_EVENT``)."""

@@ -4,7 +4,7 @@ take the process's failure lane instead (``controlplane.live.failure_lane``).
 
 Against a real daphne: one node's hello is held on the shared thread (its node row is locked by another
 database session), and meanwhile another node's failure report is stored and an operator's command
-reaches that node."""
+reaches that node, though that node's own link has a frame (an ack) waiting for the shared thread too."""
 
 from __future__ import annotations
 
@@ -101,6 +101,9 @@ async def test_a_failure_report_is_stored_and_a_command_sent_while_the_shared_th
                 break
             await asyncio.sleep(0.02)
 
+        # the failing node's link now has work of its own queued on the held thread
+        await agent.send({"type": "ack", "command_id": str(uuid.uuid4()), "outcome": "done"})
+        await asyncio.sleep(0.2)
         await database_sync_to_async(lambda: do_drain_node(None, Node.objects.get(pk=failing.node.pk)))()
         drain = await agent.command("drain", WITHIN_S)
         busy_state = await database_sync_to_async(lambda: Node.objects.get(pk=busy.node.pk).state)()
@@ -117,5 +120,5 @@ async def test_a_failure_report_is_stored_and_a_command_sent_while_the_shared_th
 
     assert busy_state != "healthy", "the busy node's hello was not held: the test proves nothing"
     assert stored_after is not None, "the failure report waited for the shared database thread"
-    assert drain is not None, "the drain command waited for the shared database thread"
+    assert drain is not None, "the drain command waited for the shared database thread or the link's queue"
     assert healthy_after == "healthy"
