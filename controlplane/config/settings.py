@@ -286,6 +286,7 @@ CELERY_TASK_ROUTES = {
         "incidents.handle_failure",
         "incidents.reclaim_failure_handling",
         "planning.replan",
+        "planning.refresh_precomputed",
         "planning.advance_transition",
         "planning.check_transitions",
     )

@@ -34,6 +34,7 @@ ADVANCE_TRANSITION = "planning.advance_transition"
 HANDLE_FAILURE = "incidents.handle_failure"
 
 REPLAN_REQUESTS_KEY = "unicron:replan:requests"
+REFRESH_PRECOMPUTED = "planning.refresh_precomputed"
 """The triggers of the re-plans asked for and not planned yet (a Redis list, oldest first)."""
 
 
@@ -62,6 +63,12 @@ def send_replan(trigger: str) -> None:
     """Enqueue ``planning.replan`` now, to run after the settle window (the requests it plans for are the
     listed ones)."""
     _send(REPLAN, {"trigger": trigger}, float(settings.UNICRON_SETTLE_WINDOW_S))
+
+
+def send_precomputed_refresh() -> None:
+    """Enqueue ``planning.refresh_precomputed`` now (coalesced by its caller:
+    :func:`controlplane.apps.planning.precomputed.request_precomputed_refresh`)."""
+    _send(REFRESH_PRECOMPUTED, {})
 
 
 def _request_replan_now(trigger: str) -> None:

@@ -10,8 +10,8 @@ the requests it planned for find the list empty or the lock held and return at o
 lock it looks at the list again, so a request listed while the lock was held, whose own message found the
 lock taken, is never left unplanned; requests a killed worker left listed are planned for by the next
 message, which the transition watchdog sends every second while any are listed
-(:func:`request_listed_replans`). The throughput calibration and the precomputed failure-time plans are
-refreshed once per burst, after its last plan.
+(:func:`request_listed_replans`). The throughput calibration is refreshed once per burst, after its last
+plan, and the precomputed failure-time plans are asked for then (a task of their own, coalesced).
 
 Redis unreachable: the message plans for its own trigger alone, as every message did before coalescing.
 """
@@ -28,7 +28,7 @@ from controlplane.apps.common.triggers import REPLAN_REQUESTS_KEY, orchestration
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.calibration import recalibrate_tasks
 from controlplane.apps.planning.choices import PlanTrigger
-from controlplane.apps.planning.precomputed import refresh_precomputed
+from controlplane.apps.planning.precomputed import request_precomputed_refresh
 from controlplane.apps.planning.replan import replan
 from controlplane.apps.planning.selectors import load_cluster
 
@@ -116,7 +116,7 @@ def _plan_once(trigger: PlanTrigger, failure_event_id: int | None, run: ReplanRu
 def _after_burst() -> None:
     with transaction.atomic():
         recalibrate_tasks(load_cluster())
-    refresh_precomputed()
+    request_precomputed_refresh()
 
 
 def do_coalesced_replan(trigger: str, failure_event_id: int | None = None) -> ReplanRun:

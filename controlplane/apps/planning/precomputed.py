@@ -1,12 +1,24 @@
 """The plans of the likely next events, precomputed after each decision for the state as it then is and shared
 with every control-plane process through Redis (:mod:`controlplane.apps.planning.plan_store`), so that the
-failure that follows is a lookup whichever process handles it."""
+failure that follows is a lookup whichever process handles it.
+
+The refresh runs as a task of its own (``planning.refresh_precomputed``), never inside the failure handling
+or the re-plan that asked for it: at 2,048 nodes with 64 tasks it is some 60 plans of the whole fleet, about
+25 s on two cores, and run inline it held the Celery process that handled a node loss (and, with two such,
+the whole worker: the node-health sweeps waited). Requests are coalesced: at most one refresh is queued or
+running; a request made while one runs makes it refresh once more, for the state as it is then. A refresh
+is keyed by the problem it answers, so a stale or missing one is never a wrong answer: the next decision
+plans afresh.
+"""
 
 from __future__ import annotations
 
 import logging
 from functools import cache
 
+import redis
+
+from controlplane.apps.common.triggers import orchestration_redis, send_precomputed_refresh
 from controlplane.apps.planning.plan_store import SharedPlans
 from controlplane.apps.planning.selectors import (
     cluster_state_of,
@@ -35,3 +47,45 @@ def refresh_precomputed() -> None:
         cache_.publish(plans, pre.build_time_s * 1000.0)
     except Exception:  # never let an optimisation break the decision that preceded it
         log.exception("precomputing plans failed")
+
+
+REFRESH_WANTED_KEY = "unicron:precomputed:refresh-wanted"
+"""Set by every request; cleared by the refresh that starts after it."""
+REFRESH_QUEUED_KEY = "unicron:precomputed:refresh-queued"
+"""Held while a refresh is queued or running (expires, so a lost message cannot block refreshes for long)."""
+REFRESH_QUEUED_TTL_S = 600
+
+
+def request_precomputed_refresh() -> None:
+    """Ask for the precomputed plans of the state as it is now (after a decision committed): one
+    ``planning.refresh_precomputed`` message unless one is queued or running already. Redis unreachable:
+    refreshed here and now, as before the requests were coalesced."""
+    try:
+        client = orchestration_redis()
+        client.set(REFRESH_WANTED_KEY, "1")
+        if not client.set(REFRESH_QUEUED_KEY, "1", nx=True, ex=REFRESH_QUEUED_TTL_S):
+            return  # the queued or running refresh takes this request
+    except redis.RedisError as exc:
+        log.warning("precomputed-plan refresh not coalesced (%s): refreshing now", exc)
+        refresh_precomputed()
+        return
+    send_precomputed_refresh()
+
+
+def do_refresh_precomputed_burst() -> int:
+    """The ``planning.refresh_precomputed`` task: refresh until no request is left unanswered (a request
+    made while a refresh ran wants the state after it). Returns how many refreshes ran."""
+    client = orchestration_redis()
+    runs = 0
+    while True:
+        client.delete(REFRESH_WANTED_KEY)
+        refresh_precomputed()
+        runs += 1
+        if client.get(REFRESH_WANTED_KEY):
+            continue
+        client.delete(REFRESH_QUEUED_KEY)
+        # a request between the two reads above saw the refresh queued and sent nothing: take it
+        if not client.get(REFRESH_WANTED_KEY) or not client.set(
+            REFRESH_QUEUED_KEY, "1", nx=True, ex=REFRESH_QUEUED_TTL_S
+        ):
+            return runs
