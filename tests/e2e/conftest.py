@@ -149,7 +149,7 @@ LOOP_ENV = {
     "UNICRON_STEP_DEADLINE_S": "20",
     "UNICRON_RESUME_DEADLINE_S": "40",
     "UNICRON_SETTLE_WINDOW_S": "0.4",
-    # a little more patience than production (2.5 s): the test machine's two cores are shared
+    # a little more patience than production (3 s): the test machine's two cores are shared
     "UNICRON_LOST_AFTER_S": "5",
     "UNICRON_SUSPECT_AFTER_S": "3",
     "UNICRON_CHECKPOINT_INTERVAL": "20",
