@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 
 import redis
@@ -22,6 +24,9 @@ from controlplane.live.loop_local import loop_local
 
 log = logging.getLogger(__name__)
 
+READER = f"{socket.gethostname()}:{os.getpid()}"
+"""This process, as the reader of its links' heartbeats (its queueing delays are judged apart from other
+processes': :data:`controlplane.apps.fleet.last_seen.READERS_KEY`)."""
 FLUSH_EVERY_S = 0.05
 """How long a heartbeat may wait for its batch: small beside the 2 s suspect deadline."""
 
@@ -53,7 +58,7 @@ class HeartbeatBatch:
             times, delays, written = self._times, self._delays, self._written
             self._times, self._delays, self._written = {}, [], None
             try:
-                await asyncio.to_thread(last_seen.record_many, times, delays)
+                await asyncio.to_thread(last_seen.record_many, times, delays, READER)
                 ok = True
             except redis.RedisError as exc:
                 log.warning("%d heartbeats not recorded in Redis (%s)", len(times), exc)

@@ -110,3 +110,23 @@ def test_a_silence_the_links_own_backlog_explains_is_no_verdict() -> None:
     last_seen.liveness_redis().delete(last_seen.DELAY_KEY)  # the link keeps up again
     caught_up = sweep_node_health(now=now)
     assert waiting.name in caught_up.lost
+
+
+@pytest.mark.django_db
+def test_one_process_reading_late_holds_the_verdicts_though_the_others_keep_up() -> None:
+    """Two ASGI processes read the links: one keeps up (950 heartbeats read at once), the other reads 4 s
+    late (50). Together their delays' 90th percentile is the quick one's; judged per process, the silence
+    of a node whose heartbeats wait in the late process is its backlog, not a verdict."""
+    now = timezone.now()
+    waiting = NodeFactory(last_heartbeat_at=now - timedelta(seconds=3.5))
+    quick = [(0.01, now.timestamp())] * 950
+    late = [(4.0, now.timestamp())] * 50
+    last_seen.record_many({NodeFactory(last_heartbeat_at=now).pk: now.timestamp()}, quick, "web-1:1")
+    last_seen.record_many({NodeFactory(last_heartbeat_at=now).pk: now.timestamp() - 3.5}, late, "web-2:2")
+
+    behind = sweep_node_health(now=now)
+
+    assert waiting.name not in behind.suspect + behind.lost
+    last_seen.liveness_redis().delete(last_seen.reader_delay_key("web-2:2"))  # it caught up
+    caught_up = sweep_node_health(now=now)
+    assert waiting.name in caught_up.lost

@@ -20,7 +20,9 @@ async def test_a_thousand_heartbeats_are_one_write_with_each_nodes_newest_time(
 ) -> None:
     writes: list[tuple[dict[int, float], list[tuple[float, float]]]] = []
 
-    def record_many(times: Mapping[int, float], delays: Sequence[tuple[float, float]] = ()) -> None:
+    def record_many(
+        times: Mapping[int, float], delays: Sequence[tuple[float, float]] = (), reader: str | None = None
+    ) -> None:
         writes.append((dict(times), list(delays)))
 
     monkeypatch.setattr(last_seen, "record_many", record_many)
@@ -40,7 +42,9 @@ async def test_a_thousand_heartbeats_are_one_write_with_each_nodes_newest_time(
 
 
 async def test_a_batch_redis_refused_tells_every_link(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(times: Mapping[int, float], delays: Sequence[tuple[float, float]] = ()) -> None:
+    def refuse(
+        times: Mapping[int, float], delays: Sequence[tuple[float, float]] = (), reader: str | None = None
+    ) -> None:
         raise redis.ConnectionError("Connection refused")
 
     monkeypatch.setattr(last_seen, "record_many", refuse)

@@ -42,9 +42,16 @@ LAST_SEEN_KEY = "unicron:liveness:last-seen"
 DELAY_KEY = "unicron:liveness:link-delay"
 """List of the agent link's latest queueing delays (seconds, newest first), :data:`DELAY_SAMPLES` long."""
 DELAY_SAMPLES = 4096
+READERS_KEY = "unicron:liveness:readers"
+"""Hash: each process that reads agent links (``host:pid``) → when it last wrote a batch of heartbeats. Its
+own latest delays are the list ``<DELAY_KEY>:<reader>`` (:func:`reader_delay_key`): one process that falls
+behind is seen as behind, not averaged away by the others' quick reads."""
+READER_DELAY_SAMPLES = 1024
+READER_FORGOTTEN_AFTER_S = 60
+"""A reader that wrote nothing for this long is gone (its list expires with it)."""
 MASS_SILENCE_KEY = "unicron:liveness:mass-silence"
 """The latest mass silence the health watchdog saw (JSON of :class:`MassSilenceSeen`), while it lasts."""
-LIVENESS_KEYS = (LAST_SEEN_KEY, DELAY_KEY, MASS_SILENCE_KEY)
+LIVENESS_KEYS = (LAST_SEEN_KEY, DELAY_KEY, READERS_KEY, MASS_SILENCE_KEY)
 
 
 @cache
@@ -80,15 +87,29 @@ def record(node_id: int, when: float, delay: float | None = None) -> None:
     pipe.execute()
 
 
-def record_many(times: Mapping[int, float], delays: Sequence[tuple[float, float]] = ()) -> None:
+def reader_delay_key(reader: str) -> str:
+    return f"{DELAY_KEY}:{reader}"
+
+
+def record_many(
+    times: Mapping[int, float], delays: Sequence[tuple[float, float]] = (), reader: str | None = None
+) -> None:
     """Heartbeats of many nodes in one pipelined round trip: node id → its newest time, and the queueing
-    delays measured with the time each was read (``(delay, read at)``)."""
+    delays measured with the time each was read (``(delay, read at)``), also under ``reader`` (the process
+    that read them) when given."""
     pipe = liveness_redis().pipeline(transaction=False)
     if times:
         pipe.zadd(LAST_SEEN_KEY, {str(node_id): when for node_id, when in times.items()}, gt=True)
     if delays:
-        pipe.lpush(DELAY_KEY, *[f"{delay:.4f}@{read_at:.3f}" for delay, read_at in delays])
+        entries = [f"{delay:.4f}@{read_at:.3f}" for delay, read_at in delays]
+        pipe.lpush(DELAY_KEY, *entries)
         pipe.ltrim(DELAY_KEY, 0, DELAY_SAMPLES - 1)
+        if reader:
+            key = reader_delay_key(reader)
+            pipe.lpush(key, *entries)
+            pipe.ltrim(key, 0, READER_DELAY_SAMPLES - 1)
+            pipe.expire(key, READER_FORGOTTEN_AFTER_S)
+            pipe.hset(READERS_KEY, reader, f"{time.time():.3f}")
     pipe.execute()
 
 
@@ -188,10 +209,27 @@ def _delay_of(entry: bytes | str) -> tuple[float, float]:
     return float(delay), float(read_at or 0.0)
 
 
-def recent_delays(now_s: float, window_s: float, samples: int = 1024) -> list[float]:
-    """The queueing delays of the heartbeats read in the last ``window_s`` (of the newest ``samples``)."""
-    raw = liveness_redis().lrange(DELAY_KEY, 0, samples - 1)
-    return [delay for delay, read_at in map(_delay_of, raw) if read_at >= now_s - window_s]
+def recent_delays_by_reader(now_s: float, window_s: float, samples: int = 1024) -> list[list[float]]:
+    """The queueing delays of the heartbeats read in the last ``window_s``: one list per process that reads
+    agent links (of its newest :data:`READER_DELAY_SAMPLES`), and one of every process's together (of the
+    newest ``samples``; writes that name no reader are there only). Readers gone quiet for
+    :data:`READER_FORGOTTEN_AFTER_S` are forgotten."""
+    client = liveness_redis()
+    readers = {
+        (name.decode() if isinstance(name, bytes) else str(name)): float(at)
+        for name, at in cast("dict[bytes, bytes]", client.hgetall(READERS_KEY)).items()
+    }
+    gone = [name for name, at in readers.items() if at < now_s - READER_FORGOTTEN_AFTER_S]
+    pipe = client.pipeline(transaction=False)
+    if gone:
+        pipe.hdel(READERS_KEY, *gone)
+    pipe.lrange(DELAY_KEY, 0, samples - 1)
+    live = [name for name in readers if name not in gone]
+    for name in live:
+        pipe.lrange(reader_delay_key(name), 0, READER_DELAY_SAMPLES - 1)
+    replies = pipe.execute()[1 if gone else 0 :]
+    since = now_s - window_s
+    return [[delay for delay, read_at in map(_delay_of, raw) if read_at >= since] for raw in replies]
 
 
 def link_delay() -> LinkDelay | None:

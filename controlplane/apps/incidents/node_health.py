@@ -74,7 +74,8 @@ LINK_BACKLOG_CHECK_EVERY_S = 10
 LINK_BACKLOG_REALERT_AFTER_S = 600.0
 READING_LAG_WINDOW_S = 2.0
 """The heartbeats read in this last window tell how far behind the agent link reads
-(:func:`controlplane.core.failures.reading_lag`); the deadlines are extended by it."""
+(:func:`controlplane.core.failures.readers_lag`: the process reading agent links that lags most, each judged
+by its own heartbeats); the deadlines are extended by it."""
 READING_LAG_LOG_S = 0.5
 """A lag this long is logged (shorter ones are the link's ordinary jitter)."""
 RECONCILE_EVERY_S = 30
@@ -243,8 +244,8 @@ def sweep_node_health(now: datetime | None = None) -> HealthSweep:
     """One pass of the watchdog; safe to run concurrently (row locks and compare-and-swap)."""
     now = now or timezone.now()
     now_s = now.timestamp()
-    lag = failures.reading_lag(
-        last_seen.recent_delays(time.time(), READING_LAG_WINDOW_S),
+    lag = failures.readers_lag(
+        last_seen.recent_delays_by_reader(time.time(), READING_LAG_WINDOW_S),
         float(settings.UNICRON_MASS_SILENCE_LOST_AFTER_S),
     )
     if lag >= READING_LAG_LOG_S:

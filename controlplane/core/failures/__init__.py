@@ -46,6 +46,7 @@ from controlplane.core.failures.detectors import (
     heartbeat_deadline,
     heartbeat_expired,
     mass_silence,
+    readers_lag,
     reading_lag,
     waits_on_peers,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "heartbeat_deadline",
     "heartbeat_expired",
     "mass_silence",
+    "readers_lag",
     "reading_lag",
     "reclassify",
     "should_quarantine",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 3.0
@@ -47,6 +47,13 @@ def reading_lag(recent_delays: Sequence[float], cap_s: float, quantile: float = 
         return 0.0
     ordered = sorted(recent_delays)
     return min(ordered[min(len(ordered) - 1, int(quantile * len(ordered)))], cap_s)
+
+
+def readers_lag(per_reader: Iterable[Sequence[float]], cap_s: float, quantile: float = 0.9) -> float:
+    """:func:`reading_lag` of the process that lags most, each judged by its own recent delays: heartbeats
+    are read by several processes (one per ASGI server), and one that falls behind while the others keep
+    up must not have its backlog diluted by their quick reads (its nodes then looked silent)."""
+    return max((reading_lag(delays, cap_s, quantile) for delays in per_reader), default=0.0)
 
 
 def heartbeat_deadline(last_seen_s: float, timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S) -> float:
