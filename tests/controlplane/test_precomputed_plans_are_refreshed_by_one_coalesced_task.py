@@ -1,7 +1,7 @@
 """The precomputed failure-time plans are refreshed by a task of their own, not inside the failure handling
 that asked for them (at 2,048 nodes a refresh is some 25 s, and inline it held the Celery process the
 node-health sweeps needed), and the requests of a burst are coalesced: at most one refresh queued or
-running, and a request made while one runs makes it refresh once more."""
+running, and a request made while one runs queues one more, behind the tasks queued meanwhile."""
 
 from __future__ import annotations
 
@@ -31,12 +31,12 @@ def test_a_burst_of_requests_sends_one_message(sent: list[int], monkeypatch: pyt
     assert sent == [1]
     assert refreshed == []  # nothing is computed by the caller
 
-    assert precomputed.do_refresh_precomputed_burst() == 1
+    assert precomputed.do_refresh_precomputed() is False  # nothing asked for meanwhile
     precomputed.request_precomputed_refresh()  # after the refresh: a new one is queued
     assert sent == [1, 1]
 
 
-def test_a_request_made_during_a_refresh_makes_it_refresh_again(
+def test_a_request_made_during_a_refresh_queues_one_more_behind_the_others(
     sent: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     states: list[str] = []
@@ -48,8 +48,11 @@ def test_a_request_made_during_a_refresh_makes_it_refresh_again(
 
     monkeypatch.setattr(precomputed, "refresh_precomputed", refresh)
     precomputed.request_precomputed_refresh()
-    assert precomputed.do_refresh_precomputed_burst() == 2
-    assert sent == [1]  # the request during the refresh sent no second message
+    assert sent == [1]
+    assert precomputed.do_refresh_precomputed() is True  # asked for meanwhile: one more message, queued
+    assert sent == [1, 1]  # by the refresh itself; the request during it sent none
+    assert precomputed.do_refresh_precomputed() is False
+    assert states == ["state 0", "state 1"]
     assert not orchestration_redis().exists(precomputed.REFRESH_QUEUED_KEY)
 
 

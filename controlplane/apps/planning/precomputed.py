@@ -6,7 +6,8 @@ The refresh runs as a task of its own (``planning.refresh_precomputed``), never 
 or the re-plan that asked for it: at 2,048 nodes with 64 tasks it is some 60 plans of the whole fleet, about
 25 s on two cores, and run inline it held the Celery process that handled a node loss (and, with two such,
 the whole worker: the node-health sweeps waited). Requests are coalesced: at most one refresh is queued or
-running; a request made while one runs makes it refresh once more, for the state as it is then. A refresh
+running; a request made while one runs makes it queue one more refresh, for the state as it is then, behind
+the tasks queued meanwhile (a stream of re-plans does not hold a Celery process). A refresh
 is keyed by the problem it answers, so a stale or missing one is never a wrong answer: the next decision
 plans afresh.
 """
@@ -72,20 +73,21 @@ def request_precomputed_refresh() -> None:
     send_precomputed_refresh()
 
 
-def do_refresh_precomputed_burst() -> int:
-    """The ``planning.refresh_precomputed`` task: refresh until no request is left unanswered (a request
-    made while a refresh ran wants the state after it). Returns how many refreshes ran."""
+def do_refresh_precomputed() -> bool:
+    """The ``planning.refresh_precomputed`` task: one refresh, then, when a request came in meanwhile (it
+    wants the state after this one), one more message at the back of the queue, so that the sweeps and
+    failure handlings queued meanwhile run before it (a stream of re-plans would otherwise hold a Celery
+    process refreshing back to back). Returns whether another refresh was queued."""
     client = orchestration_redis()
-    runs = 0
-    while True:
-        client.delete(REFRESH_WANTED_KEY)
-        refresh_precomputed()
-        runs += 1
-        if client.get(REFRESH_WANTED_KEY):
-            continue
+    client.delete(REFRESH_WANTED_KEY)
+    refresh_precomputed()
+    if not client.get(REFRESH_WANTED_KEY):
         client.delete(REFRESH_QUEUED_KEY)
-        # a request between the two reads above saw the refresh queued and sent nothing: take it
+        # a request between the two reads saw the refresh queued and sent nothing: it is taken here
         if not client.get(REFRESH_WANTED_KEY) or not client.set(
             REFRESH_QUEUED_KEY, "1", nx=True, ex=REFRESH_QUEUED_TTL_S
         ):
-            return runs
+            return False
+    client.expire(REFRESH_QUEUED_KEY, REFRESH_QUEUED_TTL_S)
+    send_precomputed_refresh()
+    return True

@@ -14,7 +14,8 @@
   (:mod:`~controlplane.apps.planning.handling`) acts, and a handling that re-planned asks for the
   precomputed plans to be refreshed.
 - ``planning.refresh_precomputed``: the plans of the likely next events, for the state as it is now; at
-  most one queued or running (:mod:`~controlplane.apps.planning.precomputed`).
+  most one queued or running; one asked for while it runs is queued behind the tasks queued meanwhile
+  (:mod:`~controlplane.apps.planning.precomputed`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from celery import shared_task
 from controlplane.apps.planning.calibration import calibrate_new_layouts
 from controlplane.apps.planning.coalescing import do_coalesced_replan, request_listed_replans
 from controlplane.apps.planning.handling import handle_failure
-from controlplane.apps.planning.precomputed import do_refresh_precomputed_burst, request_precomputed_refresh
+from controlplane.apps.planning.precomputed import do_refresh_precomputed, request_precomputed_refresh
 from controlplane.apps.planning.transitions import advance_transition, check_transitions
 
 
@@ -59,4 +60,5 @@ def handle_failure_task(event_id: int, waited_s: float = 0.0) -> str:
 
 @shared_task(name="planning.refresh_precomputed", ignore_result=True)  # type: ignore[misc]
 def refresh_precomputed_task() -> str:
-    return f"precomputed plans refreshed {do_refresh_precomputed_burst()} time(s)"
+    again = do_refresh_precomputed()
+    return "precomputed plans refreshed" + ("; another refresh queued (asked for meanwhile)" if again else "")
