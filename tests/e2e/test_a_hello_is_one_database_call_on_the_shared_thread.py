@@ -1,6 +1,7 @@
 """A cold start of a fleet queues every node's hello on the ASGI process's one database thread, so a
 hello must cost one call there: the node's return to service and the outbox it is sent, read together.
-A node with pending commands costs one more, after they went out (they are marked sent)."""
+A node with pending commands costs one more, after they went out (they are marked sent), on the process's
+failure lane, not on the shared thread."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ from tests.e2e.conftest import Connect, Registered
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _counting(monkeypatch: pytest.MonkeyPatch, name: str = "_db") -> list[str]:
+    """The calls made through ``agent_link.<name>`` (``_db``: the shared thread; ``on_failure_lane``)."""
     calls: list[str] = []
+    wrap = getattr(agent_link, name)
 
     def counted(fn: Callable[..., Any]) -> Any:
         calls.append(getattr(fn, "__name__", repr(fn)))
-        return database_sync_to_async(fn)
+        return wrap(fn)
 
-    monkeypatch.setattr(agent_link, "_db", counted)
+    monkeypatch.setattr(agent_link, name, counted)
     return calls
 
 
@@ -40,7 +43,7 @@ async def test_a_hello_costs_one_database_call(
     assert calls == ["_hello"]
 
 
-async def test_pending_commands_cost_one_more_call_after_they_went_out(
+async def test_pending_commands_cost_one_more_call_on_the_failure_lane_after_they_went_out(
     registered: Registered, connect: Connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = await database_sync_to_async(Node.objects.get)(pk=registered.node.pk)
@@ -50,11 +53,13 @@ async def test_pending_commands_cost_one_more_call_after_they_went_out(
         )
     agent = await connect(registered.token, registered.name)
     calls = _counting(monkeypatch)
+    lane = _counting(monkeypatch, "on_failure_lane")
     await agent.hello()
     got = [await agent.receive() for _ in range(3)]
     await agent.settle()
     assert [m["message"]["type"] for m in got] == ["stop_workers"] * 3
-    assert calls == ["_hello", "settle_sends"]
+    assert calls == ["_hello"]
+    assert lane == ["settle_sends"]
     states = await database_sync_to_async(
         lambda: sorted(node.commands.values_list("state", flat=True))  # type: ignore[attr-defined]
     )()
