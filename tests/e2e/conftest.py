@@ -44,16 +44,7 @@ class AgentSocket:
 
     async def send(self, message: dict[str, Any], **envelope: Any) -> int:
         self.seq += 1
-        frame = {
-            "protocol_version": PROTOCOL_VERSION,
-            "node": self.node,
-            "session": self.session,
-            "seq": self.seq,
-            "sent_at": datetime.now(UTC).isoformat(),
-            "message": message,
-            **envelope,
-        }
-        await self.comm.send_to(text_data=json.dumps(frame))
+        await self.comm.send_to(text_data=agent_frame(self.node, self.session, self.seq, message, **envelope))
         return self.seq
 
     async def send_raw(self, text: str) -> None:
@@ -79,6 +70,20 @@ class AgentSocket:
 
     async def close(self) -> None:
         await self.comm.disconnect()
+
+
+def agent_frame(node: str, session: str, seq: int, message: dict[str, Any], /, **envelope: Any) -> str:
+    """An agent's frame as the wire carries it (``envelope``: fields to set or override)."""
+    frame = {
+        "protocol_version": PROTOCOL_VERSION,
+        "node": node,
+        "session": session,
+        "seq": seq,
+        "sent_at": datetime.now(UTC).isoformat(),
+        "message": message,
+        **envelope,
+    }
+    return json.dumps(frame)
 
 
 def hello_message(devices: int = 2, kind: str = "cpu") -> dict[str, Any]:

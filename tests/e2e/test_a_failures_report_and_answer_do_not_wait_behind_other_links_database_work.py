@@ -12,7 +12,6 @@ import asyncio
 import json
 import time
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -23,10 +22,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from controlplane.apps.fleet.models import Node
 from controlplane.apps.fleet.services import do_drain_node
 from controlplane.apps.incidents.models import FailureEvent
-from controlplane.core.protocol import PROTOCOL_VERSION
 from tests.controlplane.factories import TaskFactory
 from tests.e2e import loop as harness
-from tests.e2e.conftest import Register, hello_message
+from tests.e2e.conftest import Register, agent_frame, hello_message
 from tests.e2e.loop import AsgiServer
 from tests.e2e.test_worker_exception_becomes_one_classified_failure_event import cuda_exception, held_by
 
@@ -42,15 +40,7 @@ class Agent:
 
     async def send(self, message: dict[str, Any]) -> None:
         self.seq += 1
-        frame = {
-            "protocol_version": PROTOCOL_VERSION,
-            "node": self.node,
-            "session": self.session,
-            "seq": self.seq,
-            "sent_at": datetime.now(UTC).isoformat(),
-            "message": message,
-        }
-        await self.ws.send(json.dumps(frame))
+        await self.ws.send(agent_frame(self.node, self.session, self.seq, message))
 
     async def command(self, kind: str, timeout: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout
