@@ -1,5 +1,6 @@
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 
 from controlplane.core.planning import (
@@ -39,8 +40,10 @@ def test_every_precomputed_decision_equals_a_fresh_dp_for_the_same_event(state: 
         got = pre.lookup(ev)
         assert got is not None
         fresh = plan(_expected_problem_after(state, ev))
-        assert got.new_counts == fresh.new_counts
-        assert got.objective == fresh.objective
+        # as good by the DP's own order (objective, then fewest moved workers); of plans that tie on both,
+        # the split tables may hold another than a fresh DP's
+        assert got.objective == pytest.approx(fresh.objective, rel=1e-9, abs=1e-9)
+        assert got.moved_workers == fresh.moved_workers
 
 
 @settings(max_examples=30, deadline=None)

@@ -12,6 +12,8 @@ Pure Python (+ numpy for the DP's vectorised inner loop); no Django, Celery, Cha
 - ``planner``: :class:`TaskState`, :class:`PlanningProblem`, :class:`PlannedAllocation`, :func:`plan` (DP),
   :func:`brute_force_plan`.
 - ``precompute``: :class:`ClusterState`, events, :func:`apply_event`, :class:`PrecomputedPlans`.
+- ``split_dp``: :class:`SplitDP` — forward and backward DP tables of one problem, from which the plan of
+  any one-task variant (each likely event's problem) is one DP step and one join.
 - ``heuristics``: :func:`equal_split_plan`, :func:`weight_proportional_plan`,
   :func:`greedy_marginal_plan`.
 """
@@ -44,6 +46,7 @@ from controlplane.core.planning.precompute import (
     apply_event,
 )
 from controlplane.core.planning.spec import GPTSpec
+from controlplane.core.planning.split_dp import SplitDP, plan_variants
 from controlplane.core.planning.throughput import (
     CalibrationResult,
     Efficiency,
@@ -88,6 +91,7 @@ __all__ = [
     "PlannedAllocation",
     "PlanningProblem",
     "PrecomputedPlans",
+    "SplitDP",
     "TaskAssignment",
     "TaskCompleted",
     "TaskState",
@@ -112,6 +116,7 @@ __all__ = [
     "memory_per_device",
     "mtbf_from_observations",
     "plan",
+    "plan_variants",
     "task_candidates",
     "uncalibrated_prior",
     "waf",

@@ -57,14 +57,20 @@ class TaskState:
     reserved: int = 0
     """Of ``workers``, those on devices only this task may use (its devices on a suspect node): they take
     no shared capacity, and are not given to another task while the node may still come back."""
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        fields_ = (self.task_id, self.weight, self.table, self.workers, self.hit, self.min_workers)
+        object.__setattr__(self, "_hash", hash((*fields_, self.max_workers, self.transition, self.reserved)))
         if self.weight < 0:
             raise ValueError(f"task {self.task_id}: weight must be >= 0")
         if self.workers < 0 or self.min_workers < 0:
             raise ValueError(f"task {self.task_id}: worker counts must be >= 0")
         if not 0 <= self.reserved <= self.workers:
             raise ValueError(f"task {self.task_id}: reserved must be within 0..workers")
+
+    def __hash__(self) -> int:  # cached: problems (tuples of tasks) are dict keys of the precomputed plans
+        return self._hash
 
     def shared_units(self, workers: int, unit_size: int) -> int:
         """Units of shared capacity that ``workers`` workers take (its reserved ones take none)."""
@@ -81,13 +87,20 @@ class PlanningProblem:
     d_running_s: float
     unit_size: int = 8
     """Workers per allocation unit (a node of 8 GPUs by default; 1 for single devices)."""
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_hash", hash((self.tasks, self.capacity_units, self.d_running_s, self.unit_size))
+        )
         if self.capacity_units < 0 or self.unit_size < 1 or self.d_running_s < 0:
             raise ValueError("capacity_units >= 0, unit_size >= 1 and d_running_s >= 0 required")
         ids = [t.task_id for t in self.tasks]
         if len(set(ids)) != len(ids):
             raise ValueError("task ids must be unique")
+
+    def __hash__(self) -> int:  # cached: every precomputed plan is keyed by its problem
+        return self._hash
 
     @property
     def capacity_workers(self) -> int:
@@ -301,31 +314,48 @@ def make_plan(
     )
 
 
+def tie_tolerance(cands: Sequence[Sequence[Candidate]]) -> float:
+    """The objective difference under which two plans tie (a fraction of the problem's gain scale)."""
+    scale = sum(max(abs(c.gain) for c in cs) for cs in cands) if cands else 0.0
+    return TIE_RELATIVE_TOLERANCE * max(scale, 1.0)
+
+
+def dp_step(
+    val: np.ndarray, mov: np.ndarray, cands: Sequence[Candidate], eps: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One task's step of the DP: ``S[j] = max_k S_prev[j - c(k)] + G(k)`` over every budget ``j`` (the
+    arrays' length), ties to fewer moved workers. Returns the new values, moves and the candidate chosen
+    at each budget (an index into ``cands``)."""
+    n = len(val) - 1
+    new_val = np.full(n + 1, -np.inf)
+    new_mov = np.zeros(n + 1, dtype=np.int64)
+    choice = np.zeros(n + 1, dtype=np.int32)
+    for idx, c in enumerate(cands):
+        k = c.cost  # shared units: a task's reserved workers take none
+        if k > n:
+            continue
+        cand_val = val[: n + 1 - k] + c.gain
+        cand_mov = mov[: n + 1 - k] + c.moved
+        cur_val = new_val[k:]
+        cur_mov = new_mov[k:]
+        better = (cand_val > cur_val + eps) | ((cand_val >= cur_val - eps) & (cand_mov < cur_mov))
+        new_val[k:] = np.where(better, cand_val, cur_val)
+        new_mov[k:] = np.where(better, cand_mov, cur_mov)
+        choice[k:] = np.where(better, idx, choice[k:])
+    return new_val, new_mov, choice
+
+
 def plan(problem: PlanningProblem) -> PlannedAllocation:
     """The optimal plan by dynamic programming (§6.3), ties to fewer moved workers."""
     t0 = time.perf_counter()
     n = problem.capacity_units
     cands = [task_candidates(problem, t, prune=True) for t in problem.tasks]
-    scale = sum(max(abs(c.gain) for c in cs) for cs in cands) if cands else 0.0
-    eps = TIE_RELATIVE_TOLERANCE * max(scale, 1.0)
+    eps = tie_tolerance(cands)
     val = np.zeros(n + 1)
     mov = np.zeros(n + 1, dtype=np.int64)
     choices: list[np.ndarray] = []
     for cs in cands:
-        new_val = np.full(n + 1, -np.inf)
-        new_mov = np.zeros(n + 1, dtype=np.int64)
-        choice = np.zeros(n + 1, dtype=np.int32)
-        for idx, c in enumerate(cs):
-            k = c.cost  # shared units: a task's reserved workers take none
-            cand_val = val[: n + 1 - k] + c.gain
-            cand_mov = mov[: n + 1 - k] + c.moved
-            cur_val = new_val[k:]
-            cur_mov = new_mov[k:]
-            better = (cand_val > cur_val + eps) | ((cand_val >= cur_val - eps) & (cand_mov < cur_mov))
-            new_val[k:] = np.where(better, cand_val, cur_val)
-            new_mov[k:] = np.where(better, cand_mov, cur_mov)
-            choice[k:] = np.where(better, idx, choice[k:])
-        val, mov = new_val, new_mov
+        val, mov, choice = dp_step(val, mov, cs, eps)
         choices.append(choice)
     units = [0] * len(cands)
     j = n
@@ -344,8 +374,7 @@ def brute_force_plan(problem: PlanningProblem) -> PlannedAllocation:
     """
     t0 = time.perf_counter()
     cands = [task_candidates(problem, t) for t in problem.tasks]
-    scale = sum(max(abs(c.gain) for c in cs) for cs in cands) if cands else 0.0
-    eps = TIE_RELATIVE_TOLERANCE * max(scale, 1.0)
+    eps = tie_tolerance(cands)
     combos = [combo for combo in product(*cands) if sum(c.cost for c in combo) <= problem.capacity_units]
     best_val = max(sum(c.gain for c in combo) for combo in combos)
     near = [combo for combo in combos if sum(c.gain for c in combo) >= best_val - eps]

@@ -5,11 +5,12 @@ API:
 - :class:`ClusterState` — the planning problem plus where each task's workers sit (node → task →
   workers), which nodes may come back and which are suspect (their workers are their tasks' reserve).
 - :func:`apply_event` — the planning problem right after an event (pure).
-- :class:`PrecomputedPlans` — ``build(state)`` plans every likely next event; ``lookup(event)`` is a
-  dict access; ``decide(event)`` falls back to a fresh DP for an unforeseen event; ``refresh(state)``
-  rebuilds for a new state, reusing every plan whose derived problem did not change (problems are
-  hashable values, so nodes hosting the same workers share one plan, and a change to one task only
-  re-plans the events whose problem it alters).
+- :class:`PrecomputedPlans` — ``build(state)`` plans every likely next event (each changes the problem in
+  one task at most: all are read from one split DP, :mod:`~controlplane.core.planning.split_dp`);
+  ``lookup(event)`` is a dict access; ``decide(event)`` falls back to a fresh DP for an unforeseen event;
+  ``refresh(state)`` rebuilds for a new state, reusing every plan whose derived problem did not change
+  (problems are hashable values, so nodes hosting the same workers share one plan, and a change to one
+  task only re-plans the events whose problem it alters).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from controlplane.core.planning.planner import PlannedAllocation, PlanningProblem, plan
+from controlplane.core.planning.split_dp import plan_variants
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,9 @@ class PrecomputedPlans:
     build_time_s: float = 0.0
     reused: int = 0
     """Plans taken from the previous state's cache at the last build/refresh."""
+    split: int = 0
+    """Plans read from one :class:`~controlplane.core.planning.split_dp.SplitDP` of the state's problem (the
+    others were reused, or planned afresh: not one task's change, or a planner other than the DP)."""
 
     @classmethod
     def build(
@@ -118,13 +123,21 @@ class PrecomputedPlans:
         t0 = time.perf_counter()
         out = cls(state, planner=planner)
         old = dict(cache or {})
-        for ev in state.likely_events() if events is None else events:
-            prob = apply_event(state, ev)
+        problems = {
+            ev: apply_event(state, ev) for ev in (state.likely_events() if events is None else events)
+        }
+        todo = [p for p in dict.fromkeys(problems.values()) if p not in old]
+        split: dict[PlanningProblem, PlannedAllocation | None] = {}
+        if planner is plan and len(todo) > 1:
+            split = plan_variants(state.problem, todo)  # a few DPs for all: each differs in one task
+        for ev, prob in problems.items():
             got = out._by_problem.get(prob)
             if got is None:
                 got = old.get(prob)
                 if got is not None:
                     out.reused += 1
+                elif (got := split.get(prob)) is not None:
+                    out.split += 1
                 else:
                     got = planner(prob)
                 out._by_problem[prob] = got
