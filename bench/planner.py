@@ -208,7 +208,7 @@ def main() -> None:
         slow = PrecomputedPlans.build(st, planner=lambda p: plan(p))
         eps = {
             prob: tie_tolerance([task_candidates(prob, t, prune=True) for t in prob.tasks])
-            for prob in fast._by_problem
+            for prob in fast.by_problem
         }
         ties = []
         moves = [0, 0, 0]  # split fewer, same, more
@@ -220,7 +220,7 @@ def main() -> None:
         ratio = slow.build_time_s / fast.build_time_s
         ratios_pre.append(ratio)
         out(
-            f"| {k + 1} | {len(fast.plans):,} | {len(fast._by_problem)} | {fast.build_time_s:.2f} s "
+            f"| {k + 1} | {len(fast.plans):,} | {len(fast.by_problem)} | {fast.build_time_s:.2f} s "
             f"| {slow.build_time_s:.2f} s | {ratio:.1f}x | {min(ties):+.2f} .. {max(ties):+.2f} "
             f"| {moves[0]:,} / {moves[1]:,} / {moves[2]:,} |"
         )

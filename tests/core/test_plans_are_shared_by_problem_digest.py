@@ -39,6 +39,7 @@ def test_problems_that_differ_get_different_digests(problem: PlanningProblem) ->
     assert problem_digest(replace(problem, tasks=changed)) != digest
     changed = (replace(first, hit=not first.hit), *problem.tasks[1:])
     assert problem_digest(replace(problem, tasks=changed)) != digest
+    assert problem_digest(replace(problem, tasks=problem.tasks[1:])) != digest
 
 
 DIGEST_IN_A_CHILD = """

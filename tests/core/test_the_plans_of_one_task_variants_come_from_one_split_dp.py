@@ -78,7 +78,7 @@ def test_a_one_task_variant_is_planned_as_well_as_by_a_fresh_dp(
 @given(cluster_states(max_tasks=4, max_nodes=8))
 def test_every_likely_event_of_a_cluster_is_read_from_the_split_tables(state: ClusterState) -> None:
     pre = PrecomputedPlans.build(state)
-    distinct = set(pre._by_problem)
+    distinct = set(pre.by_problem)
     if len(distinct) > 1:
         assert pre.split == len(distinct)  # not one fresh DP
     for ev, got in pre.plans.items():
@@ -120,6 +120,6 @@ def test_a_node_shared_by_two_tasks_is_planned_afresh_and_the_rest_from_the_tabl
     pre = PrecomputedPlans.build(state)
     shared = apply_event(state, NodeLost("n1"))
     assert pre.lookup(NodeLost("n1")).new_counts == plan(shared).new_counts  # type: ignore[union-attr]
-    assert pre.split == len(set(pre._by_problem)) - 1
+    assert pre.split == len(set(pre.by_problem)) - 1
     for ev, got in pre.plans.items():
         _assert_as_good_as_a_fresh_dp(apply_event(state, ev), got)

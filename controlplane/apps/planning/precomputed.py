@@ -26,7 +26,7 @@ from controlplane.apps.planning.selectors import (
     cluster_state_of,
     load_cluster,
 )
-from controlplane.core.planning import PrecomputedPlans, apply_event
+from controlplane.core.planning import PrecomputedPlans
 from controlplane.core.planning import plan as dp_plan
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def refresh_precomputed() -> None:
         state = cluster_state_of(load_cluster())
         cache_ = precomputed()
         pre = PrecomputedPlans.build(state, cache=cache_.local)
-        plans = {apply_event(state, ev): p for ev, p in pre.plans.items()}
+        plans = dict(pre.by_problem)
         plans.setdefault(state.problem, cache_.local.get(state.problem) or dp_plan(state.problem))
         cache_.publish(plans, pre.build_time_s * 1000.0)
     except Exception:  # never let an optimisation break the decision that preceded it

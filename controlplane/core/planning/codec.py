@@ -1,8 +1,9 @@
 """Planning problems and plans as values other processes can share.
 
 - :func:`problem_digest` — a stable name for a :class:`PlanningProblem`: equal problems get the same digest in
-  every process (it is computed from the problem's ``repr``, which holds every field that changes the answer,
-  floats written exactly; Python's hash randomisation plays no part).
+  every process (it is computed from the ``repr`` of each task, which holds every field that changes the
+  answer, floats written exactly, and the problem's other fields; Python's hash randomisation plays no
+  part). A task's part is kept per task: the plans of one refresh share all their tasks but one.
 - :func:`plan_to_dict` / :func:`plan_from_dict` — a :class:`PlannedAllocation` as plain JSON data and back,
   equal to the original. A plan is a pure function of its problem, so a plan stored under a problem's digest
   is the answer for that problem in any process, for as long as it is kept.
@@ -11,23 +12,46 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict
+from dataclasses import fields
+from functools import lru_cache
 from typing import Any
 
-from controlplane.core.planning.planner import PlannedAllocation, PlanningProblem, TaskAssignment
+from controlplane.core.planning.planner import PlannedAllocation, PlanningProblem, TaskAssignment, TaskState
 from controlplane.core.planning.throughput import MegatronConfig
 
-CODEC_VERSION = 1
-"""Part of every digest: a change to the plan encoding or the planner's answer invalidates stored plans."""
+CODEC_VERSION = 2
+"""Part of every digest: a change to the plan encoding, the digest or the planner's answer invalidates stored
+plans."""
+
+
+@lru_cache(maxsize=4096)
+def _task_digest(task: TaskState) -> str:
+    return hashlib.sha256(repr(task).encode()).hexdigest()
 
 
 def problem_digest(problem: PlanningProblem) -> str:
-    text = f"v{CODEC_VERSION}:{problem!r}"
-    return hashlib.sha256(text.encode()).hexdigest()
+    head = f"v{CODEC_VERSION}:{problem.capacity_units}:{problem.d_running_s!r}:{problem.unit_size}"
+    return hashlib.sha256(":".join([head, *map(_task_digest, problem.tasks)]).encode()).hexdigest()
+
+
+_CONFIG_FIELDS = tuple(f.name for f in fields(MegatronConfig))
+_ASSIGNMENT_FIELDS = tuple(f.name for f in fields(TaskAssignment))
+_PLAN_FIELDS = tuple(f.name for f in fields(PlannedAllocation))
+
+
+def _shallow(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in names}
 
 
 def plan_to_dict(plan: PlannedAllocation) -> dict[str, Any]:
-    return asdict(plan)
+    """Field by field (``dataclasses.asdict`` deep-copies every value: 2 s for the ~130 plans of a refresh at
+    1,024 nodes)."""
+    out = _shallow(plan, _PLAN_FIELDS)
+    out["tasks"] = [
+        {**_shallow(a, _ASSIGNMENT_FIELDS), "config": a.config and _shallow(a.config, _CONFIG_FIELDS)}
+        for a in plan.tasks
+    ]
+    return out
 
 
 def _assignment(data: dict[str, Any]) -> TaskAssignment:

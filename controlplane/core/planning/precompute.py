@@ -145,6 +145,11 @@ class PrecomputedPlans:
         out.build_time_s = time.perf_counter() - t0
         return out
 
+    @property
+    def by_problem(self) -> Mapping[PlanningProblem, PlannedAllocation]:
+        """Each distinct problem of the events with its plan."""
+        return MappingProxyType(self._by_problem)
+
     def lookup(self, event: PlanEvent) -> PlannedAllocation | None:
         """The precomputed plan for ``event``, or None when it was not foreseen."""
         return self.plans.get(event)
