@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import product
 
 import numpy as np
@@ -72,6 +72,10 @@ class TaskState:
     def __hash__(self) -> int:  # cached: problems (tuples of tasks) are dict keys of the precomputed plans
         return self._hash
 
+    def __reduce__(self) -> tuple[type[TaskState], tuple[object, ...]]:
+        # rebuilt by the constructor: the cached hash is of this process's string hashing, not another's
+        return (type(self), tuple(getattr(self, f.name) for f in fields(self) if f.init))
+
     def shared_units(self, workers: int, unit_size: int) -> int:
         """Units of shared capacity that ``workers`` workers take (its reserved ones take none)."""
         return -(-max(workers - self.reserved, 0) // unit_size)
@@ -101,6 +105,10 @@ class PlanningProblem:
 
     def __hash__(self) -> int:  # cached: every precomputed plan is keyed by its problem
         return self._hash
+
+    def __reduce__(self) -> tuple[type[PlanningProblem], tuple[object, ...]]:
+        # rebuilt by the constructor: the cached hash is of this process's string hashing, not another's
+        return (type(self), (self.tasks, self.capacity_units, self.d_running_s, self.unit_size))
 
     @property
     def capacity_workers(self) -> int:

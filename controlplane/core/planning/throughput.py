@@ -216,6 +216,10 @@ class ThroughputTable:
     def __hash__(self) -> int:  # cached: tables are hashed on every precomputed-plan lookup key
         return self._hash
 
+    def __reduce__(self) -> tuple[type[ThroughputTable], tuple[tuple[ThroughputPoint, ...]]]:
+        # rebuilt by the constructor: the cached hash is of this process's string hashing, not another's
+        return (type(self), (self.points,))
+
     @classmethod
     def from_points(cls, points: Mapping[int, float]) -> ThroughputTable:
         """A table from measured or hand-made ``{workers: FLOP/s}`` (no configs)."""
