@@ -205,6 +205,7 @@ def main() -> None:
         per_device = replace(st.problem, capacity_units=st.problem.capacity_units * NODE, unit_size=1)
         st = ClusterState(per_device, st.placement, ("returning",), NODE)
         fast = PrecomputedPlans.build(st)
+        # any planner but `plan` itself is called once per distinct problem: the DP before the split
         slow = PrecomputedPlans.build(st, planner=lambda p: plan(p))
         eps = {
             prob: tie_tolerance([task_candidates(prob, t, prune=True) for t in prob.tasks])

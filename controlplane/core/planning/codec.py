@@ -44,8 +44,8 @@ def _shallow(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def plan_to_dict(plan: PlannedAllocation) -> dict[str, Any]:
-    """Field by field (``dataclasses.asdict`` deep-copies every value: 2 s for the ~130 plans of a refresh at
-    1,024 nodes)."""
+    """Field by field (``dataclasses.asdict`` deep-copies every value: 1.2 s for the ~130 plans of a refresh
+    at 1,024 nodes)."""
     out = _shallow(plan, _PLAN_FIELDS)
     out["tasks"] = [
         {**_shallow(a, _ASSIGNMENT_FIELDS), "config": a.config and _shallow(a.config, _CONFIG_FIELDS)}

@@ -41,6 +41,12 @@ TIE_RELATIVE_TOLERANCE = 1e-9
 differs between plans that are mathematically equal)."""
 
 
+def _field_values(obj: TaskState | PlanningProblem) -> tuple[object, ...]:
+    """A value's constructor arguments, in order: what equality compares and the cached hash covers (the
+    cache itself is no argument)."""
+    return tuple(getattr(obj, f.name) for f in fields(obj) if f.init)
+
+
 @dataclass(frozen=True, slots=True)
 class TaskState:
     """A task as the planner sees it. ``workers`` is what it holds now (after the event)."""
@@ -60,8 +66,7 @@ class TaskState:
     _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        fields_ = (self.task_id, self.weight, self.table, self.workers, self.hit, self.min_workers)
-        object.__setattr__(self, "_hash", hash((*fields_, self.max_workers, self.transition, self.reserved)))
+        object.__setattr__(self, "_hash", hash(_field_values(self)))
         if self.weight < 0:
             raise ValueError(f"task {self.task_id}: weight must be >= 0")
         if self.workers < 0 or self.min_workers < 0:
@@ -74,7 +79,7 @@ class TaskState:
 
     def __reduce__(self) -> tuple[type[TaskState], tuple[object, ...]]:
         # rebuilt by the constructor: the cached hash is of this process's string hashing, not another's
-        return (type(self), tuple(getattr(self, f.name) for f in fields(self) if f.init))
+        return (type(self), _field_values(self))
 
     def shared_units(self, workers: int, unit_size: int) -> int:
         """Units of shared capacity that ``workers`` workers take (its reserved ones take none)."""
@@ -94,9 +99,7 @@ class PlanningProblem:
     _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "_hash", hash((self.tasks, self.capacity_units, self.d_running_s, self.unit_size))
-        )
+        object.__setattr__(self, "_hash", hash(_field_values(self)))
         if self.capacity_units < 0 or self.unit_size < 1 or self.d_running_s < 0:
             raise ValueError("capacity_units >= 0, unit_size >= 1 and d_running_s >= 0 required")
         ids = [t.task_id for t in self.tasks]
@@ -108,7 +111,7 @@ class PlanningProblem:
 
     def __reduce__(self) -> tuple[type[PlanningProblem], tuple[object, ...]]:
         # rebuilt by the constructor: the cached hash is of this process's string hashing, not another's
-        return (type(self), (self.tasks, self.capacity_units, self.d_running_s, self.unit_size))
+        return (type(self), _field_values(self))
 
     @property
     def capacity_workers(self) -> int:

@@ -40,38 +40,30 @@ class SplitDP:
     """Forward and backward DP tables of ``base`` at ``capacity_units`` (≥ every capacity asked for)."""
 
     def __init__(self, base: PlanningProblem, capacity_units: int | None = None) -> None:
-        t0 = time.perf_counter()
         n = base.capacity_units if capacity_units is None else capacity_units
         self.base = base
         self.capacity_units = n
         top = PlanningProblem(base.tasks, n, base.d_running_s, base.unit_size)
         self.cands = [task_candidates(top, t, prune=True) for t in base.tasks]
         self.eps = tie_tolerance(self.cands)
-        self._index = {t.task_id: i for i, t in enumerate(base.tasks)}
-        tasks = len(base.tasks)
         # forward: fwd_val[i] is the best of tasks 0..i-1 at each budget; fwd_choice[i] is task i's choice
-        self.fwd_val = [np.zeros(n + 1)]
-        self.fwd_mov = [np.zeros(n + 1, dtype=np.int64)]
-        self.fwd_choice: list[np.ndarray] = []
-        for cs in self.cands:
-            val, mov, choice = dp_step(self.fwd_val[-1], self.fwd_mov[-1], cs, self.eps)
-            self.fwd_val.append(val)
-            self.fwd_mov.append(mov)
-            self.fwd_choice.append(choice)
+        self.fwd_val, self.fwd_mov, self.fwd_choice = self._tables(self.cands, n)
         # backward: bwd_val[i] is the best of tasks i..T-1; bwd_choice[i] is task i's choice there
-        bwd_val: list[np.ndarray] = [np.zeros(n + 1)]
-        bwd_mov: list[np.ndarray] = [np.zeros(n + 1, dtype=np.int64)]
-        bwd_choice: list[np.ndarray] = []
-        for cs in reversed(self.cands):
-            val, mov, choice = dp_step(bwd_val[-1], bwd_mov[-1], cs, self.eps)
-            bwd_val.append(val)
-            bwd_mov.append(mov)
-            bwd_choice.append(choice)
-        self.bwd_val = bwd_val[::-1]
-        self.bwd_mov = bwd_mov[::-1]
-        self.bwd_choice = bwd_choice[::-1]
-        assert len(self.fwd_val) == len(self.bwd_val) == tasks + 1
-        self.build_time_s = time.perf_counter() - t0
+        val, mov, choice = self._tables(self.cands[::-1], n)
+        self.bwd_val, self.bwd_mov, self.bwd_choice = val[::-1], mov[::-1], choice[::-1]
+
+    def _tables(
+        self, cands: Sequence[Sequence[Candidate]], n: int
+    ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+        """The DP over ``cands`` in their order, every table kept: values and moves before each task and
+        after the last, and each task's choice at every budget."""
+        vals, movs, choices = [np.zeros(n + 1)], [np.zeros(n + 1, dtype=np.int64)], []
+        for cs in cands:
+            val, mov, choice = dp_step(vals[-1], movs[-1], cs, self.eps)
+            vals.append(val)
+            movs.append(mov)
+            choices.append(choice)
+        return vals, movs, choices
 
     def _variant(self, problem: PlanningProblem) -> tuple[int, bool] | None:
         """Where ``problem`` differs from the base: (task index, removed), (T, False) for no task, or None
