@@ -118,6 +118,15 @@ class NodeView:
     usable_nodes: list[str]
 
 
+VIEW_NODE_FIELDS = ("id", "name", "address", "state", "quarantined", "snapshot_endpoint", "snapshots")
+"""The columns of a node a decision reads (a fleet has thousands of nodes, and their timestamps and texts cost
+more to load than these): the view's nodes are loaded with these only, a field left out is read on access."""
+
+
+def _view_nodes() -> QuerySet[Node]:
+    return Node.objects.only(*VIEW_NODE_FIELDS)
+
+
 @dataclass
 class ClusterView(NodeView):
     """Everything the workload manager reads from the database for one decision."""
@@ -175,7 +184,7 @@ def load_task_view(task: TrainingTask) -> tuple[NodeView, list[HeldDevice]]:
     # every device is counted only when none is usable (the kind is then the most numerous)
     every = {} if usable_per_kind else _devices_per_kind(Device.objects.all())
     kind = _planning_kind(usable_per_kind, every)
-    nodes = list(Node.objects.all())
+    nodes = list(_view_nodes())
     usable = set(_usable_devices().filter(kind=kind).order_by().values_list("node_id", flat=True).distinct())
     view = NodeView(
         nodes_by_name={n.name: n for n in nodes},
@@ -211,7 +220,7 @@ class _DeviceRow:
 def load_cluster() -> ClusterView:
     """Read nodes, devices, planned tasks and their active allocations (a handful of queries; devices and
     allocations as plain rows, which at fleet size costs a fraction of building model instances)."""
-    nodes = {n.pk: n for n in Node.objects.all()}
+    nodes = {n.pk: n for n in _view_nodes()}
     devices = [
         _DeviceRow(*row)
         for row in Device.objects.order_by().values_list(
