@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.models import Count, Prefetch, QuerySet
@@ -205,13 +205,12 @@ def load_task_view(task: TrainingTask) -> tuple[NodeView, list[HeldDevice]]:
     return view, held
 
 
-@dataclass(frozen=True, slots=True)
-class _DeviceRow:
+class _DeviceRow(NamedTuple):
     """The columns of a device the planner's view needs (a fleet has thousands: no model instances)."""
 
     pk: int
     node_id: int
-    index: int
+    index: int  # type: ignore[assignment]  # the field replaces tuple.index
     kind: str
     state: str
     memory_bytes: int
@@ -221,20 +220,15 @@ def load_cluster() -> ClusterView:
     """Read nodes, devices, planned tasks and their active allocations (a handful of queries; devices and
     allocations as plain rows, which at fleet size costs a fraction of building model instances)."""
     nodes = {n.pk: n for n in _view_nodes()}
-    devices = [
-        _DeviceRow(*row)
-        for row in Device.objects.order_by().values_list(
-            "pk", "node_id", "index", "kind", "state", "memory_bytes"
+    devices = list(
+        map(
+            _DeviceRow._make,
+            Device.objects.order_by().values_list("pk", "node_id", "index", "kind", "state", "memory_bytes"),
         )
-    ]
-
-    def node_ok(n: Node) -> bool:
-        return n.state == NodeState.HEALTHY and not n.quarantined
-
-    def node_suspect(n: Node) -> bool:
-        return n.state == NodeState.SUSPECT and not n.quarantined
-
-    rows = [(d.kind, node_ok(nodes[d.node_id]) and d.state == DeviceState.HEALTHY) for d in devices]
+    )
+    up = {pk for pk, n in nodes.items() if n.state == NodeState.HEALTHY and not n.quarantined}
+    suspect = {pk for pk, n in nodes.items() if n.state == NodeState.SUSPECT and not n.quarantined}
+    rows = [(d.kind, d.node_id in up and d.state == DeviceState.HEALTHY) for d in devices]
     kind_name = _planning_kind(Counter(k for k, ok in rows if ok), Counter(k for k, _ in rows))
     of_kind = [d for d in devices if d.kind == kind_name]
     memory = min((d.memory_bytes for d in of_kind), default=0)
@@ -247,14 +241,15 @@ def load_cluster() -> ClusterView:
         kind = _device_kind(
             ClusterKind(kind_name, len(of_kind), memory or 1, max(per_node.values(), default=1))
         )
-    slot = {d.pk: DeviceSlot(nodes[d.node_id].name, d.index, d.pk) for d in devices}
+    name = {pk: n.name for pk, n in nodes.items()}
+    slot = {d.pk: DeviceSlot(name[d.node_id], d.index, d.pk) for d in devices}
     usable = sorted(
         slot[d.pk] for d, (_, ok) in zip(devices, rows, strict=True) if ok and d.kind == kind_name
     )
     usable_ids = {s.device_id for s in usable}
     usable_nodes = sorted({s.node for s in usable})
     tasks = list(TrainingTask.objects.filter(state__in=PLANNED_TASK_STATES).order_by("pk"))
-    on_suspect = {d.pk for d in of_kind if node_suspect(nodes[d.node_id]) and d.state == DeviceState.HEALTHY}
+    on_suspect = {d.pk for d in of_kind if d.node_id in suspect and d.state == DeviceState.HEALTHY}
     held: dict[int, list[HeldDevice]] = {}
     reserved: set[DeviceSlot] = set()
     active = Allocation.objects.filter(active=True, task__in=[t.pk for t in tasks])

