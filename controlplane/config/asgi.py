@@ -27,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation  # 
 from django.http import HttpRequest, HttpResponseBadRequest  # noqa: E402
 
 from controlplane.config.env import ConfigError  # noqa: E402
+from controlplane.config.heap import freeze_startup_objects  # noqa: E402
 from controlplane.config.routing import websocket_application  # noqa: E402
 
 security_log = logging.getLogger("django.security.SuspiciousFileOperation")
@@ -66,3 +67,4 @@ class StaticFilesHandler(ASGIStaticFilesHandler):
 application = ProtocolTypeRouter(
     {"http": StaticFilesHandler(django_asgi_app), "websocket": websocket_application}
 )
+freeze_startup_objects()  # the start's objects, out of the collector's way (config/heap.py)

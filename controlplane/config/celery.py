@@ -10,9 +10,10 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger, beat_init, worker_init
+from celery.signals import after_setup_logger, beat_init, worker_init, worker_process_init, worker_ready
 
 from controlplane.config.embedded import start_servers
+from controlplane.config.heap import freeze_startup_objects
 from controlplane.config.store_outage import log_store_outages_as_one_line
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
@@ -28,6 +29,16 @@ def _start_embedded_servers(**_: Any) -> None:
 
 worker_init.connect(_start_embedded_servers, weak=False)
 beat_init.connect(_start_embedded_servers, weak=False)
+
+
+def _freeze_startup_objects(**_: Any) -> None:
+    freeze_startup_objects()
+
+
+# the processes that run tasks: a prefork pool's children once forked, the main process once ready (its
+# own pool's tasks in a solo or threads pool)
+worker_process_init.connect(_freeze_startup_objects, weak=False)
+worker_ready.connect(_freeze_startup_objects, weak=False)
 
 
 def _store_outages_as_one_line(logger: Any = None, **_: Any) -> None:
