@@ -1,6 +1,7 @@
-"""Re-plans coalesce: fifty nodes joining in a burst, each asking for a re-plan, are planned for by a real
-Celery worker (two processes) in one re-plan or two, not fifty, and the last plan counts every joined node's
-device. The requests are levels, not edges: a re-plan reads the whole current state."""
+"""Re-plans coalesce: fifty nodes joining in a burst, each asking for a re-plan, send one message (the
+others are that message's to plan) and are planned for by a real Celery worker (two processes) in one
+re-plan or two, not fifty, and the last plan counts every joined node's device. The requests are levels,
+not edges: a re-plan reads the whole current state."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from controlplane.apps.common.triggers import REPLAN_REQUESTS_KEY
+from controlplane.apps.common.triggers import REPLAN_REQUESTS_KEY, REPLAN_SENT_KEY, REPLAN_SENT_TTL_S
 from controlplane.apps.fleet.liveness import revive_node
 from controlplane.apps.fleet.models import Node
 from controlplane.apps.planning.coalescing import replan_running
@@ -42,15 +43,18 @@ def quiet(client: redis.Redis) -> bool:
 @pytest.mark.django_db(transaction=True)
 def test_fifty_joins_in_a_burst_are_planned_by_one_or_two_replans() -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete(QUEUE, "unacked", "unacked_index", REPLAN_REQUESTS_KEY)
+    client.delete(QUEUE, "unacked", "unacked_index", REPLAN_REQUESTS_KEY, REPLAN_SENT_KEY)
     NodeFactory(devices=1)
     joining = [NodeFactory(devices=1, state="joining") for _ in range(JOINS)]
     task = TaskFactory(weight=1.0, min_workers=1, max_workers=64)
 
+    started = time.monotonic()
     for node in joining:  # each join commits and asks for a re-plan, as an agent's first warm heartbeat does
         assert revive_node(node.pk) == "healthy"
+    burst_s = time.monotonic() - started
     assert client.llen(REPLAN_REQUESTS_KEY) == JOINS
-    assert client.llen(QUEUE) == JOINS
+    # one message on its way at a time (another once the first's hold expires, on a slow host)
+    assert client.llen(QUEUE) <= 1 + int(burst_s / REPLAN_SENT_TTL_S), (client.llen(QUEUE), burst_s)
 
     env = dict(
         os.environ,

@@ -14,7 +14,11 @@ appends its trigger to a Redis list (:data:`REPLAN_REQUESTS_KEY`) and enqueues `
 the settle window (``UNICRON_SETTLE_WINDOW_S``); the task takes every request listed so far and plans once
 for all of them, and requests that arrive while it plans make it plan once more
 (:mod:`controlplane.apps.planning.coalescing`). A burst of joins, returns or failures thus costs one
-re-plan per settle window, not one per event.
+re-plan per settle window, not one per event. Nor does it cost a message per event: a request sends
+``planning.replan`` only when none is on its way (:data:`REPLAN_SENT_KEY`, cleared by the message as it
+starts to read the list, and expiring on its own if the message is lost); at a cold start of 2,048 nodes
+one message per join had the Celery worker run 2,162 of them, 166 s of its two processes' time, nearly
+all finding nothing left to plan.
 """
 
 from __future__ import annotations
@@ -34,8 +38,13 @@ ADVANCE_TRANSITION = "planning.advance_transition"
 HANDLE_FAILURE = "incidents.handle_failure"
 
 REPLAN_REQUESTS_KEY = "unicron:replan:requests"
-REFRESH_PRECOMPUTED = "planning.refresh_precomputed"
 """The triggers of the re-plans asked for and not planned yet (a Redis list, oldest first)."""
+REPLAN_SENT_KEY = "unicron:replan:sent"
+"""Set while a ``planning.replan`` message is on its way: the requests listed meanwhile are its to plan."""
+REPLAN_SENT_TTL_S = 2.0
+"""How long a sent message holds back the next one at most (a lost or delayed message's requests then
+get another)."""
+REFRESH_PRECOMPUTED = "planning.refresh_precomputed"
 
 
 @cache
@@ -73,7 +82,10 @@ def send_precomputed_refresh() -> None:
 
 def _request_replan_now(trigger: str) -> None:
     try:
-        orchestration_redis().rpush(REPLAN_REQUESTS_KEY, trigger)
+        client = orchestration_redis()
+        client.rpush(REPLAN_REQUESTS_KEY, trigger)
+        if not client.set(REPLAN_SENT_KEY, trigger, nx=True, px=int(REPLAN_SENT_TTL_S * 1000)):
+            return  # a message on its way plans for this request too
     except redis.RedisError as exc:  # the task then plans for its own trigger alone
         log.warning("re-plan request %s not recorded (%s)", trigger, exc)
     send_replan(trigger)

@@ -2,7 +2,8 @@
 
 The requests are triggers appended to a Redis list by
 :func:`controlplane.apps.common.triggers.request_replan`,
-each followed by a ``planning.replan`` message after the settle window. Whichever message runs first takes
+each followed by a ``planning.replan`` message after the settle window unless one is on its way already
+(``REPLAN_SENT_KEY``, which a message clears as it starts). Whichever message runs first takes
 the re-plan lock (a PostgreSQL session advisory lock, so one re-plan at a time across Celery processes, and
 a killed worker's lock goes with its connection), reads every listed request, plans once for all of them and
 only then removes them from the list; requests listed meanwhile make it plan once more. The messages of
@@ -24,7 +25,12 @@ from dataclasses import dataclass, field
 import redis
 from django.db import connection, transaction
 
-from controlplane.apps.common.triggers import REPLAN_REQUESTS_KEY, orchestration_redis, send_replan
+from controlplane.apps.common.triggers import (
+    REPLAN_REQUESTS_KEY,
+    REPLAN_SENT_KEY,
+    orchestration_redis,
+    send_replan,
+)
 from controlplane.apps.incidents.models import FailureEvent
 from controlplane.apps.planning.calibration import recalibrate_tasks
 from controlplane.apps.planning.choices import PlanTrigger
@@ -125,6 +131,7 @@ def do_coalesced_replan(trigger: str, failure_event_id: int | None = None) -> Re
     run = ReplanRun()
     try:
         client = orchestration_redis()
+        client.delete(REPLAN_SENT_KEY)  # a request listed from now on may be after the read below: it sends
         while True:
             if not _try_replan_lock():
                 return run  # the holder plans for what is listed, and looks again after releasing
