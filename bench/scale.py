@@ -5,7 +5,8 @@ deadlines (suspect 2 s, lost 3 s).
 One asyncio process emulates the whole fleet over the real agent protocol: one WebSocket per node, the
 node's own token, a hello with 8 devices, a heartbeat every second (each node's phase drawn at random) and
 an ack for every command. The process measures its own lag (how late each heartbeat goes out against its
-schedule) so that a slow generator is never blamed on the server.
+schedule, and how late it had been handed to its socket once the send returned; their p99 and maximum) so
+that a slow generator is never blamed on the server.
 
 Once the fleet is healthy, ``--tasks`` training tasks (simulated workers) are submitted. An emulated node
 runs its share of a task as the agent's simulated ranks would, on the wire: it acks each command,
@@ -241,6 +242,9 @@ class Fleet:
     """The agent-link address of each ASGI server: node i connects to ``urls[i % len(urls)]``."""
     nodes: list[EmulatedNode]
     lag: list[float] = field(default_factory=list)
+    written_late: list[float] = field(default_factory=list)
+    """How late each heartbeat had been handed to its socket once ``send`` returned (against its schedule):
+    a pause of this process, or a socket the server reads too slowly to take the frame, shows here."""
     sent: int = 0
     reports_sent: int = 0
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -323,6 +327,7 @@ class Fleet:
                             node.dropped = False
                             node.last_sent = now
                             await ws.send(self.frame(node, Heartbeat(uptime_s=1.0, workers=node.workers())))
+                            self.written_late.append(time.monotonic() - next_at)
                             self.sent += 1
                             for report in node.due_stats():
                                 await ws.send(self.frame(node, report))
@@ -630,6 +635,7 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
     rclient = redis.Redis.from_url(os.environ["REDIS_URL"])
     cold_lag = list(fleet.lag)  # a verdict on a node the generator itself held back is not the server's
     fleet.lag.clear()
+    fleet.written_late.clear()
     steady_probe = Probe()
     pg0, t0, r0, sent0 = await counters(), time.monotonic(), redis_commands(rclient), fleet.sent
     reports0 = fleet.reports_sent
@@ -784,6 +790,9 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
         "worker_reports_sent_per_s": round((reports1 - reports0) / window, 1),
         "generator_lag_p50_s": _round(pct(fleet.lag, 50)),
         "generator_lag_p99_s": _round(pct(fleet.lag, 99)),
+        "generator_lag_max_s": _round(max(fleet.lag, default=None)),
+        "heartbeat_written_late_p99_s": _round(pct(fleet.written_late, 99)),
+        "heartbeat_written_late_max_s": _round(max(fleet.written_late, default=None)),
         "generator_lag_cold_start_p99_s": _round(pct(cold_lag, 99)),
         "generator_lag_cold_start_max_s": _round(max(cold_lag, default=None)),
         "pg_sessions_per_s": round((pg1[0] - pg0[0]) / window, 2),
@@ -881,7 +890,14 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
         ("operator command -> agent p50 / p99 (s)", ("command_to_agent_p50_s", "command_to_agent_p99_s")),
         ("heartbeats sent /s", "heartbeats_sent_per_s"),
         ("worker reports (iteration stats) sent /s", "worker_reports_sent_per_s"),
-        ("generator lag p50 / p99 (s)", ("generator_lag_p50_s", "generator_lag_p99_s")),
+        (
+            "generator lag p50 / p99 / max (s)",
+            ("generator_lag_p50_s", "generator_lag_p99_s", "generator_lag_max_s"),
+        ),
+        (
+            "heartbeat handed to its socket late p99 / max (s)",
+            ("heartbeat_written_late_p99_s", "heartbeat_written_late_max_s"),
+        ),
         (
             "generator lag during the cold start p99 / max (s)",
             ("generator_lag_cold_start_p99_s", "generator_lag_cold_start_max_s"),
