@@ -95,7 +95,7 @@ def fit_small_host(settings: dict[str, str], workers: int, cores: int) -> list[s
     false failures, each only where the operator did not set it (in the environment), by adding it to
     ``settings`` (what the demo's children get):
 
-    - node-health deadlines: CPU-starved agents missed the production ones (suspect 2 s, lost 3 s) and
+    - node-health deadlines: CPU-starved agents missed the production ones (suspect 2 s, lost 2.8 s) and
       every node was declared lost at once while the workers started;
     - ``UNICRON_CPU_BIND=task``: unbound, the kernel shares the cores unevenly among the workers, and a
       rank that got less CPU for a few seconds looked like a straggler to its node's monitor; bound by

@@ -84,6 +84,25 @@ def test_nodes_whose_last_heartbeats_straddle_a_tick_are_held_together() -> None
     assert not FailureEvent.objects.exists()
 
 
+@pytest.mark.parametrize("lost", [LOST, 2.8, 2.2], ids=["3s", "2.8s", "2.2s"])
+def test_nodes_silent_within_one_period_are_one_silence_when_the_deadlines_are_closer_than_a_period(
+    settings: SettingsWrapper, lost: float
+) -> None:
+    """With the lost deadline less than a heartbeat period after the suspect one, the latest nodes of an
+    outage are not past the suspect deadline yet when the earliest passes the lost one: they still count
+    toward the mass silence, and the earliest is held, not lost."""
+    settings.UNICRON_LOST_AFTER_S = lost
+    settings.UNICRON_HEARTBEAT_INTERVAL_S = 1.0
+    last = timezone.now() - timedelta(minutes=5)
+    nodes = [NodeFactory(last_heartbeat_at=at(last, offset)) for offset in (0.0, 0.8, 0.85, 0.9)]
+
+    sweep = sweep_node_health(now=at(last, lost + 0.05))
+
+    assert (sweep.lost, sweep.held) == ([], [nodes[0].name])
+    assert not FailureEvent.objects.exists()
+    assert len(mass_alerts()) == 1
+
+
 def test_held_nodes_are_declared_lost_past_the_mass_silence_bound_with_events_that_say_so() -> None:
     last = timezone.now() - timedelta(minutes=5)
     nodes = nodes_silent_since(last, 4)

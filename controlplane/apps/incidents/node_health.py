@@ -11,8 +11,8 @@ the moment its socket closes, so a crashed agent is declared lost by this sweep.
 Mass silence: nodes do not fail together; a deaf control plane (the ASGI server that holds the agents'
 sockets down or restarting) or a partition between it and the cluster silences all of them at once,
 and declaring them lost would tear down and relaunch every task although every worker is fine. When
-the silent nodes (past the suspect deadline, so heartbeats that straddle a tick count together) are at
-least ``UNICRON_MASS_SILENCE_MIN_NODES`` and ``UNICRON_MASS_SILENCE_FRACTION`` of the watched ones
+the silent nodes (past the suspect deadline, or past the lost deadline less one heartbeat period when
+that comes first: :func:`silent_after`, so heartbeats that straddle a tick count together) are at least ``UNICRON_MASS_SILENCE_MIN_NODES`` and ``UNICRON_MASS_SILENCE_FRACTION`` of the watched ones
 (:func:`controlplane.core.failures.mass_silence`), nodes past ``UNICRON_LOST_AFTER_S`` are *held*
 suspect and declared lost only past ``UNICRON_MASS_SILENCE_LOST_AFTER_S`` (60 s: a real rack power loss
 is still handled); one sev1 alert per episode tells the operator (not one per sweep: none is raised
@@ -240,6 +240,16 @@ def _silent_watched_nodes(now_s: float, cutoff_s: float) -> list[tuple[Node, flo
     return sorted(found, key=lambda pair: (pair[1], pair[0].name))
 
 
+def silent_after(suspect_after_s: float, lost_after_s: float, heartbeat_interval_s: float) -> float:
+    """How long a node must have been silent for a sweep to read it (and count it toward a mass silence).
+
+    An outage silences every node within one heartbeat period, so when the earliest of them passes the lost
+    deadline the latest has been silent for that deadline less one period: counted from there, they are one
+    silence. Reading from the suspect deadline alone would leave the latest out whenever the two deadlines
+    are less than a period apart, and the earliest would be declared lost one by one."""
+    return max(0.0, min(suspect_after_s, lost_after_s - heartbeat_interval_s))
+
+
 def sweep_node_health(now: datetime | None = None) -> HealthSweep:
     """One pass of the watchdog; safe to run concurrently (row locks and compare-and-swap)."""
     now = now or timezone.now()
@@ -252,7 +262,7 @@ def sweep_node_health(now: datetime | None = None) -> HealthSweep:
         log.warning("node health: the agent link reads heartbeats %.1fs late: deadlines extended by it", lag)
     suspect_after = float(settings.UNICRON_SUSPECT_AFTER_S) + lag
     lost_after = float(settings.UNICRON_LOST_AFTER_S) + lag
-    cutoff = now_s - min(suspect_after, lost_after)
+    cutoff = now_s - silent_after(suspect_after, lost_after, float(settings.UNICRON_HEARTBEAT_INTERVAL_S))
     stale = _silent_watched_nodes(now_s, cutoff)
     found = _find_mass_silence(len(stale), lost_after) if stale else None
     if found is not None:
