@@ -12,7 +12,8 @@ Mass silence: nodes do not fail together; a deaf control plane (the ASGI server 
 sockets down or restarting) or a partition between it and the cluster silences all of them at once,
 and declaring them lost would tear down and relaunch every task although every worker is fine. When
 the silent nodes (past the suspect deadline, or past the lost deadline less one heartbeat period when
-that comes first: :func:`silent_after`, so heartbeats that straddle a tick count together) are at least ``UNICRON_MASS_SILENCE_MIN_NODES`` and ``UNICRON_MASS_SILENCE_FRACTION`` of the watched ones
+that comes first: :func:`silent_after`, so heartbeats that straddle a tick count together) are at least
+``UNICRON_MASS_SILENCE_MIN_NODES`` and ``UNICRON_MASS_SILENCE_FRACTION`` of the watched ones
 (:func:`controlplane.core.failures.mass_silence`), nodes past ``UNICRON_LOST_AFTER_S`` are *held*
 suspect and declared lost only past ``UNICRON_MASS_SILENCE_LOST_AFTER_S`` (60 s: a real rack power loss
 is still handled); one sev1 alert per episode tells the operator (not one per sweep: none is raised
