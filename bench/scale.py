@@ -19,12 +19,14 @@ Per N it reports: the time until every link is open and every node healthy (cold
 (suspect or lost states and ``node_lost`` events of nodes that never stopped heartbeating, cold start
 included), the heartbeat age the control plane sees (now minus each node's newest heartbeat: the Redis
 sorted set ``unicron:liveness:last-seen`` when it exists, else ``Node.last_heartbeat_at``; every node,
-every second), the agent link's queueing delay, how long after its last *sent* heartbeat a silenced node
-is declared lost, worker failure → command latency (an exception forwarded for one rank of a launched
-task until the first command naming that task reaches any emulated node), operator command → agent
-latency (a drain committed through the services until its frame reaches the node's socket), GET
-``/api/v1/summary/`` latency (an API token, every ``--summary-interval-s``), PostgreSQL sessions and
-commits a second, Redis commands a second, and the CPU and memory of each control-plane process.
+every second), the agent link's queueing delay (of every heartbeat read in the steady window, and of the
+latest 4,096 at the end, after the failures, drains and the silenced node's loss), how long after its
+last *sent* heartbeat a silenced node is declared lost, worker failure → command latency (an exception
+forwarded for one rank of a launched task until the first command naming that task reaches any emulated
+node), operator command → agent latency (a drain committed through the services until its frame reaches
+the node's socket), GET ``/api/v1/summary/`` latency (an API token, every ``--summary-interval-s``),
+PostgreSQL sessions and commits a second, Redis commands a second, and the CPU and memory of each
+control-plane process.
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/scale_bench REDIS_URL=redis://127.0.0.1:6379/10 \\
         .venv/bin/python bench/scale.py --nodes 256,1024 --steady-s 120
@@ -364,12 +366,17 @@ class Probe:
     generator lag) or its link had dropped: the server kept its rule."""
     healthy_min: int | None = None
     healthy_max: int | None = None
+    link_delays: list[float] = field(default_factory=list)
+    """The agent link's queueing delay of every heartbeat read since the first sample (the control plane
+    keeps the latest 4,096: read each second, they cover the window)."""
+    _delays_read_until: float | None = None
 
     def sample(self, n_nodes: int, silenced: set[str], fleet: dict[str, EmulatedNode]) -> None:
         from controlplane.apps.fleet.models import Node
 
         now = time.time()
         self.ages += [now - stamp for stamp in heartbeat_stamps()]
+        self._take_link_delays()
         states = dict(Node.objects.values_list("name", "state"))
         healthy = sum(1 for s in states.values() if s == "healthy")
         self.healthy_min = healthy if self.healthy_min is None else min(self.healthy_min, healthy)
@@ -381,6 +388,19 @@ class Probe:
                     self.earned_seen.setdefault(name, state)
                 else:
                     self.unhealthy_seen.setdefault(name, state)
+
+    def _take_link_delays(self) -> None:
+        from controlplane.apps.fleet import last_seen
+
+        entries = []  # "<delay>@<read at>", newest first
+        for raw in last_seen.liveness_redis().lrange(last_seen.DELAY_KEY, 0, -1):
+            delay, _, read_at = raw.decode().partition("@")
+            entries.append((float(delay), float(read_at or 0.0)))
+        newest = max((read_at for _delay, read_at in entries), default=None)
+        if self._delays_read_until is not None:
+            self.link_delays += [d for d, read_at in entries if read_at > self._delays_read_until]
+        if newest is not None:  # the first sample only marks where the window starts
+            self._delays_read_until = max(newest, self._delays_read_until or newest)
 
 
 LAST_SEEN_KEY = "unicron:liveness:last-seen"
@@ -769,8 +789,12 @@ async def drive(n: int, args: argparse.Namespace, system: Any) -> dict[str, Any]
         "heartbeat_age_p50_s": _round(pct(steady_probe.ages, 50)),
         "heartbeat_age_p99_s": _round(pct(steady_probe.ages, 99)),
         "heartbeat_age_max_s": _round(max(steady_probe.ages, default=None)),
-        "link_delay_p50_s": None if delay is None else _round(delay.p50_s),
-        "link_delay_p99_s": None if delay is None else _round(delay.p99_s),
+        "link_delay_p50_s": _round(pct(steady_probe.link_delays, 50)),
+        "link_delay_p99_s": _round(pct(steady_probe.link_delays, 99)),
+        "link_delay_max_s": _round(max(steady_probe.link_delays, default=None)),
+        "link_delay_samples": len(steady_probe.link_delays),
+        "link_delay_at_end_p50_s": None if delay is None else _round(delay.p50_s),
+        "link_delay_at_end_p99_s": None if delay is None else _round(delay.p99_s),
         "silenced_node_lost_after_s": _round(lost_after_s),
         "command_to_agent_p50_s": _round(pct(command_s, 50)),
         "command_to_agent_p99_s": _round(pct(command_s, 99)),
@@ -880,7 +904,14 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, load: dict[st
         ("false verdicts (cold start + steady)", "false_verdicts"),
         ("verdicts on nodes the emulator itself held silent", "verdicts_on_emulator_silence"),
         ("heartbeat age p50 / p99 (s)", ("heartbeat_age_p50_s", "heartbeat_age_p99_s")),
-        ("agent link delay p50 / p99 (s)", ("link_delay_p50_s", "link_delay_p99_s")),
+        (
+            "agent link delay, steady window, p50 / p99 / max (s)",
+            ("link_delay_p50_s", "link_delay_p99_s", "link_delay_max_s"),
+        ),
+        (
+            "agent link delay, latest 4,096 heartbeats at the end (after the failures) p50 / p99 (s)",
+            ("link_delay_at_end_p50_s", "link_delay_at_end_p99_s"),
+        ),
         ("silenced node lost after its last sent heartbeat (s)", "silenced_node_lost_after_s"),
         (
             "worker failure -> first command p50 / p99 (s)",
