@@ -13,7 +13,7 @@ from celery import Celery
 from celery.signals import after_setup_logger, beat_init, worker_init, worker_process_init, worker_ready
 
 from controlplane.config.embedded import start_servers
-from controlplane.config.heap import freeze_startup_objects
+from controlplane.config.heap import freeze_startup_objects, log_long_collections
 from controlplane.config.store_outage import log_store_outages_as_one_line
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
@@ -32,6 +32,7 @@ beat_init.connect(_start_embedded_servers, weak=False)
 
 
 def _freeze_startup_objects(**_: Any) -> None:
+    log_long_collections()
     freeze_startup_objects()
 
 

@@ -13,14 +13,53 @@ the agents import nothing of the control plane's configuration, so each side kee
 
 Each daphne process freezes once its ASGI application is built; each Celery process that runs tasks once
 it is initialised (a prefork pool's child after the fork, the main process of a solo or threads pool).
+
+A collection holds the process whole (no frame is read, no task runs): each one that takes longer than
+:data:`LONG_COLLECTION_S` is logged (:func:`log_long_collections`), so a pause of a daphne process shows in
+its log beside the links' queueing delay.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+LONG_COLLECTION_S = 0.05
+"""A collection this long is logged (a heartbeat's suspect deadline is 2 s; the link's delay alert, 1 s)."""
 
 
 def freeze_startup_objects() -> None:
     """Collect the garbage of the start, then freeze every object left."""
     gc.collect()
     gc.freeze()
+
+
+class _CollectionClock:
+    """Times each collection (``gc.callbacks``: called at its start and its stop)."""
+
+    def __init__(self, threshold_s: float) -> None:
+        self.threshold_s = threshold_s
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        took = time.perf_counter() - self._began
+        if took >= self.threshold_s:
+            log.warning(
+                "garbage collection of generation %s took %.0f ms (%s objects collected)",
+                info.get("generation"),
+                took * 1000,
+                info.get("collected"),
+            )
+
+
+def log_long_collections(threshold_s: float = LONG_COLLECTION_S) -> None:
+    """Log each collection of this process that takes ``threshold_s`` or longer (once per process)."""
+    if not any(isinstance(cb, _CollectionClock) for cb in gc.callbacks):
+        gc.callbacks.append(_CollectionClock(threshold_s))
