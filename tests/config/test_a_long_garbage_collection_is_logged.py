@@ -32,6 +32,7 @@ def test_a_collection_longer_than_the_threshold_is_logged_with_its_generation(
 
     [line] = [r.getMessage() for r in caplog.records if r.name == "controlplane.config.heap"]
     assert line.startswith("garbage collection of generation 2 took "), line
+    assert " ms of CPU (" in line, line
 
 
 def test_a_short_collection_is_not_logged(caplog: pytest.LogCaptureFixture) -> None:
