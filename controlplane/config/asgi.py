@@ -27,7 +27,7 @@ from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation  # 
 from django.http import HttpRequest, HttpResponseBadRequest  # noqa: E402
 
 from controlplane.config.env import ConfigError  # noqa: E402
-from controlplane.config.heap import freeze_startup_objects, log_long_collections  # noqa: E402
+from controlplane.config.heap import prepare_server_heap  # noqa: E402
 from controlplane.config.routing import websocket_application  # noqa: E402
 
 security_log = logging.getLogger("django.security.SuspiciousFileOperation")
@@ -67,5 +67,4 @@ class StaticFilesHandler(ASGIStaticFilesHandler):
 application = ProtocolTypeRouter(
     {"http": StaticFilesHandler(django_asgi_app), "websocket": websocket_application}
 )
-log_long_collections()
-freeze_startup_objects()  # the start's objects, out of the collector's way (config/heap.py)
+prepare_server_heap()  # the start's objects out of the collector's way, fewer collections (config/heap.py)

@@ -13,7 +13,7 @@ from celery import Celery
 from celery.signals import after_setup_logger, beat_init, worker_init, worker_process_init, worker_ready
 
 from controlplane.config.embedded import start_servers
-from controlplane.config.heap import freeze_startup_objects, log_long_collections
+from controlplane.config.heap import prepare_server_heap
 from controlplane.config.store_outage import log_store_outages_as_one_line
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.config.settings")
@@ -31,15 +31,14 @@ worker_init.connect(_start_embedded_servers, weak=False)
 beat_init.connect(_start_embedded_servers, weak=False)
 
 
-def _freeze_startup_objects(**_: Any) -> None:
-    log_long_collections()
-    freeze_startup_objects()
+def _prepare_heap(**_: Any) -> None:
+    prepare_server_heap()
 
 
 # the processes that run tasks: a prefork pool's children once forked, the main process once ready (its
 # own pool's tasks in a solo or threads pool)
-worker_process_init.connect(_freeze_startup_objects, weak=False)
-worker_ready.connect(_freeze_startup_objects, weak=False)
+worker_process_init.connect(_prepare_heap, weak=False)
+worker_ready.connect(_prepare_heap, weak=False)
 
 
 def _store_outages_as_one_line(logger: Any = None, **_: Any) -> None:

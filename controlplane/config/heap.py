@@ -11,8 +11,9 @@ That read took 223 to 249 ms at the median, 128 to 131 ms with the start-up obje
 The agent's training worker does the same with its imports (``agents.training.worker.freeze_imports``);
 the agents import nothing of the control plane's configuration, so each side keeps its two lines.
 
-Each daphne process freezes once its ASGI application is built; each Celery process that runs tasks once
-it is initialised (a prefork pool's child after the fork, the main process of a solo or threads pool).
+Each daphne process does all of this (:func:`prepare_server_heap`) once its ASGI application is built;
+each Celery process that runs tasks once it is initialised (a prefork pool's child after the fork, the main
+process of a solo or threads pool).
 
 A collection holds the process whole (no frame is read, no task runs): each one that takes longer than
 :data:`LONG_COLLECTION_S` is logged (:func:`log_long_collections`), so a pause of a daphne process shows in
@@ -38,9 +39,22 @@ MIDDLE_COLLECTION_EVERY = 20
 """Young collections between two of the middle generation (default: 10)."""
 
 
+def prepare_server_heap() -> None:
+    """What a server process does once it has started: log its long collections, freeze its start-up
+    objects, collect its young generation less often."""
+    log_long_collections()
+    freeze_startup_objects()
+    collect_young_less_often()
+
+
 def freeze_startup_objects() -> None:
-    """Collect the garbage of the start, then freeze every object left; and collect the young generation
-    less often.
+    """Collect the garbage of the start, then freeze every object left."""
+    gc.collect()
+    gc.freeze()
+
+
+def collect_young_less_often() -> None:
+    """A young collection every :data:`YOUNG_COLLECTION_EVERY` allocations, not every 700.
 
     A daphne process holding 1,024 agent links ran a full collection every ~15 s, each 200-240 ms of CPU
     (logged by :func:`log_long_collections`), during which it read no frame: the links' queueing delay had
@@ -49,8 +63,6 @@ def freeze_startup_objects() -> None:
     few milliseconds of its handling, outlived them by the thousand a second. One every
     :data:`YOUNG_COLLECTION_EVERY` allocations leaves them the time to die young (each young collection
     then traverses at most that many objects: a few milliseconds)."""
-    gc.collect()
-    gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_EVERY, MIDDLE_COLLECTION_EVERY, gc.get_threshold()[2])
 
 
