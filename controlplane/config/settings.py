@@ -307,6 +307,12 @@ UNICRON_SUSPECT_AFTER_S = env_float("UNICRON_SUSPECT_AFTER_S", 2.0, minimum=0.1)
 # fleet. The heartbeat interval is the agents' period: a sweep counts nodes silent past the lost deadline
 # less one period toward a mass silence (incidents/node_health.py).
 UNICRON_LOST_AFTER_S = env_float("UNICRON_LOST_AFTER_S", 2.8, minimum=0.1)
+if not UNICRON_HEARTBEAT_INTERVAL_S < UNICRON_SUSPECT_AFTER_S <= UNICRON_LOST_AFTER_S:
+    raise ConfigError(
+        f"UNICRON_HEARTBEAT_INTERVAL_S={UNICRON_HEARTBEAT_INTERVAL_S:g} < UNICRON_SUSPECT_AFTER_S="
+        f"{UNICRON_SUSPECT_AFTER_S:g} <= UNICRON_LOST_AFTER_S={UNICRON_LOST_AFTER_S:g} must hold: a node is "
+        "suspect only after missing a heartbeat, and lost no sooner than suspect"
+    )
 # Mass silence (incidents/node_health.py): when at least MIN_NODES nodes and FRACTION of the watched ones are
 # silent at once, the control plane or its network is deaf, not the nodes: they are held suspect and declared
 # lost only after MASS_SILENCE_LOST_AFTER_S (a real rack power loss is still handled),

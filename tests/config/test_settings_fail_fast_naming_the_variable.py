@@ -82,3 +82,30 @@ def test_django_refuses_to_start_with_a_bad_redis_url() -> None:
 def test_database_url_round_trips_through_the_settings_entry(url: str) -> None:
     parsed = parse_database_url("DATABASE_URL", url)
     assert parse_database_url("DATABASE_URL", format_database_url(parsed)) == parsed
+
+
+@pytest.mark.parametrize(
+    "deadlines",
+    [
+        {"UNICRON_HEARTBEAT_INTERVAL_S": "2"},  # a heartbeat period as long as the suspect deadline
+        {"UNICRON_SUSPECT_AFTER_S": "4"},  # suspect after the node is lost (2.8 s)
+    ],
+    ids=["period_not_below_suspect", "suspect_after_lost"],
+)
+def test_django_refuses_to_start_with_health_deadlines_out_of_order(deadlines: dict[str, str]) -> None:
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="controlplane.config.settings", **deadlines)
+    for name in ("UNICRON_HEARTBEAT_INTERVAL_S", "UNICRON_SUSPECT_AFTER_S", "UNICRON_LOST_AFTER_S"):
+        if name not in deadlines:
+            env.pop(name, None)
+    env.setdefault("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "UNICRON_SUSPECT_AFTER_S=" in result.stderr
+    assert "must hold" in result.stderr
