@@ -55,10 +55,11 @@ def test_bad_database_url_is_refused(url: str, message: str) -> None:
         parse_database_url("DATABASE_URL", url)
 
 
-def test_django_refuses_to_start_with_a_bad_redis_url() -> None:
-    env = dict(os.environ, REDIS_URL="http://nope", DJANGO_SETTINGS_MODULE="controlplane.config.settings")
+def _django_setup(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``django.setup()`` in a fresh interpreter with ``env`` (a database URL added when it names none)."""
+    env = dict(env, DJANGO_SETTINGS_MODULE="controlplane.config.settings")
     env.setdefault("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
         cwd=ROOT,
         env=env,
@@ -66,6 +67,10 @@ def test_django_refuses_to_start_with_a_bad_redis_url() -> None:
         text=True,
         timeout=60,
     )
+
+
+def test_django_refuses_to_start_with_a_bad_redis_url() -> None:
+    result = _django_setup(dict(os.environ, REDIS_URL="http://nope"))
     assert result.returncode != 0
     assert "REDIS_URL='http://nope'" in result.stderr
 
@@ -93,19 +98,11 @@ def test_database_url_round_trips_through_the_settings_entry(url: str) -> None:
     ids=["period_not_below_suspect", "suspect_after_lost"],
 )
 def test_django_refuses_to_start_with_health_deadlines_out_of_order(deadlines: dict[str, str]) -> None:
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="controlplane.config.settings", **deadlines)
+    env = dict(os.environ, **deadlines)
     for name in ("UNICRON_HEARTBEAT_INTERVAL_S", "UNICRON_SUSPECT_AFTER_S", "UNICRON_LOST_AFTER_S"):
         if name not in deadlines:
             env.pop(name, None)
-    env.setdefault("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    result = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _django_setup(env)
     assert result.returncode != 0
     assert "UNICRON_SUSPECT_AFTER_S=" in result.stderr
     assert "must hold" in result.stderr
